@@ -1,0 +1,518 @@
+//! Measures the machine's own limits, so a benchmark can print its result beside
+//! the best this hardware could do (memory copy bandwidth, or sequential direct
+//! write bandwidth of the device a store tier lives on).
+
+use std::alloc::{self, Layout};
+use std::fs::OpenOptions;
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Alignment of O_DIRECT buffers, offsets and lengths: 4096 satisfies both
+/// 512-byte and 4 KiB logical-block devices.
+const DIRECT_ALIGN: usize = 4096;
+
+const TMPFS_MAGIC: u32 = 0x0102_1994;
+const RAMFS_MAGIC: u32 = 0x8584_58f6;
+
+/// Buffer size `write_limit_for` uses for memcpy: large enough to defeat the caches.
+const MEMCPY_BUFFER_BYTES: usize = 64 << 20;
+/// Block size `write_limit_for` uses for O_DIRECT writes.
+const DIRECT_BLOCK_BYTES: usize = 1 << 20;
+/// Most disk space `write_limit_for` uses for its temporary file.
+const DIRECT_MAX_BYTES: u64 = 512 << 20;
+/// Runs `write_limit_for` takes the median of.
+const REPEATS: usize = 3;
+
+/// A measured limit of this machine, printed beside a benchmark result.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Limit {
+    /// e.g. "memcpy 1 thread(s)" or "O_DIRECT sequential write, 1 MiB blocks"
+    pub name: String,
+    /// Bytes moved per second (bytes copied for memcpy, bytes written for writes).
+    pub bytes_per_sec: f64,
+}
+
+/// Single- or multi-thread memcpy bandwidth: each thread copies between its own two
+/// `buffer_bytes` buffers (default callers pass 64 MiB) repeatedly for about `duration`,
+/// after one warm-up pass that faults the pages in. Returns the median over `repeats` runs
+/// of the aggregate bytes copied per second.
+///
+/// `threads`, `buffer_bytes` and `repeats` are treated as at least 1. The calling thread is
+/// one of the copying threads; if the OS refuses to spawn the others, the measurement uses
+/// the threads it got and the name reports that count.
+pub fn memcpy_bandwidth(
+    threads: usize,
+    buffer_bytes: usize,
+    duration: Duration,
+    repeats: usize,
+) -> Limit {
+    let threads = threads.max(1);
+    let buffer_bytes = buffer_bytes.max(1);
+    let repeats = repeats.max(1);
+
+    let (rates, got_threads) = thread::scope(|scope| {
+        // One command channel per helper (a deadline per run; hanging up ends it) and
+        // a shared result channel. Channels rather than a Barrier, so a helper that
+        // could not be spawned cannot leave the others waiting forever.
+        let (result_tx, result_rx) = mpsc::channel::<(u64, Instant)>();
+        let (ready_tx, ready_rx) = mpsc::channel::<()>();
+        let mut commands = Vec::with_capacity(threads - 1);
+        for i in 1..threads {
+            let (command_tx, command_rx) = mpsc::channel::<Instant>();
+            let result_tx = result_tx.clone();
+            let ready_tx = ready_tx.clone();
+            let spawned = thread::Builder::new()
+                .name(format!("memcpy-{i}"))
+                .spawn_scoped(scope, move || {
+                    let mut copier = Copier::new(buffer_bytes);
+                    if ready_tx.send(()).is_err() {
+                        return;
+                    }
+                    while let Ok(deadline) = command_rx.recv() {
+                        let done = copier.copy_until(deadline);
+                        if result_tx.send(done).is_err() {
+                            return;
+                        }
+                    }
+                });
+            if spawned.is_ok() {
+                commands.push(command_tx);
+            }
+        }
+        drop(ready_tx);
+
+        // Fault in the pages before any timing, on every thread.
+        let mut copier = Copier::new(buffer_bytes);
+        let mut helpers = 0;
+        while helpers < commands.len() && ready_rx.recv().is_ok() {
+            helpers += 1;
+        }
+
+        let mut rates = Vec::with_capacity(repeats);
+        for _ in 0..repeats {
+            let start = Instant::now();
+            let deadline = start + duration;
+            let mut sent = 0;
+            for command in &commands {
+                if command.send(deadline).is_ok() {
+                    sent += 1;
+                }
+            }
+            let (mut bytes, mut end) = copier.copy_until(deadline);
+            for _ in 0..sent {
+                match result_rx.recv() {
+                    Ok((b, e)) => {
+                        bytes += b;
+                        end = end.max(e);
+                    }
+                    Err(_) => break,
+                }
+            }
+            // Aggregate over wall-clock time until the last thread finished.
+            rates.push(per_sec(bytes, end.duration_since(start)));
+        }
+        // Hanging up the command channels ends the helpers; the scope joins them.
+        drop(commands);
+        (rates, helpers + 1)
+    });
+
+    Limit {
+        name: format!("memcpy {got_threads} thread(s)"),
+        bytes_per_sec: median(rates),
+    }
+}
+
+/// One thread's pair of buffers.
+struct Copier {
+    src: Vec<u8>,
+    dst: Vec<u8>,
+}
+
+impl Copier {
+    /// Allocates both buffers and runs the warm-up pass, so page faults are not timed.
+    fn new(bytes: usize) -> Self {
+        // A non-zero fill writes (and so faults in) every page of `src`; `dst` is
+        // zero-allocated and faulted in by the warm-up copy.
+        let mut copier = Copier {
+            src: vec![0xa5; bytes],
+            dst: vec![0; bytes],
+        };
+        copier.copy_once();
+        copier
+    }
+
+    fn copy_once(&mut self) {
+        // black_box on both sides: the compiler must assume the source may have
+        // changed and the destination is read, so it cannot elide the copy.
+        self.dst
+            .copy_from_slice(std::hint::black_box(self.src.as_slice()));
+        std::hint::black_box(self.dst.as_mut_slice());
+    }
+
+    /// Copies at least once and until `deadline`; returns bytes copied and end time.
+    fn copy_until(&mut self, deadline: Instant) -> (u64, Instant) {
+        let mut bytes = 0u64;
+        loop {
+            self.copy_once();
+            bytes += self.src.len() as u64;
+            let now = Instant::now();
+            if now >= deadline {
+                return (bytes, now);
+            }
+        }
+    }
+}
+
+/// Sequential write bandwidth of the device under `dir` with O_DIRECT, `block_bytes`
+/// aligned buffers (4096-byte alignment), writing a temporary file (created inside `dir`,
+/// removed afterwards, even on error) for about `duration`, ending with fdatasync whose time
+/// is counted. File size written is capped at `max_bytes` (wrap around to offset 0 and
+/// overwrite if reached before the duration ends). Median over `repeats` runs (at least 1),
+/// each on a fresh file so every run pays the same block allocation cost.
+///
+/// Returns an `io::Error` with a clear message if O_DIRECT is refused (e.g. tmpfs on older
+/// kernels returns EINVAL): callers then fall back. `block_bytes` must be a non-zero
+/// multiple of 4096 and `max_bytes` at least one block, else `InvalidInput`.
+pub fn direct_write_bandwidth(
+    dir: &Path,
+    block_bytes: usize,
+    duration: Duration,
+    max_bytes: u64,
+    repeats: usize,
+) -> io::Result<Limit> {
+    if block_bytes == 0 || !block_bytes.is_multiple_of(DIRECT_ALIGN) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "O_DIRECT block size {block_bytes} is not a non-zero multiple of {DIRECT_ALIGN}"
+            ),
+        ));
+    }
+    let block = block_bytes as u64;
+    if max_bytes < block {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("max_bytes {max_bytes} is smaller than one {block_bytes}-byte block"),
+        ));
+    }
+    // Whole blocks only, so every offset stays aligned.
+    let cap = max_bytes - max_bytes % block;
+
+    let mut buf = AlignedBuf::new(block_bytes)?;
+    // Random contents, so a compressing or deduplicating device cannot flatter the result.
+    rand::Rng::fill(&mut rand::thread_rng(), buf.as_mut_slice());
+
+    let mut rates = Vec::with_capacity(repeats.max(1));
+    for _ in 0..repeats.max(1) {
+        rates.push(direct_write_run(dir, buf.as_slice(), duration, cap)?);
+    }
+    Ok(Limit {
+        name: format!(
+            "O_DIRECT sequential write, {} blocks",
+            human_bytes(block_bytes)
+        ),
+        bytes_per_sec: median(rates),
+    })
+}
+
+/// One timed run on a fresh temporary file; returns bytes written per second.
+fn direct_write_run(dir: &Path, block: &[u8], duration: Duration, cap: u64) -> io::Result<f64> {
+    // The guard deletes the file when dropped, including on the error paths below.
+    let guard = tempfile::Builder::new()
+        .prefix(".hotstore-limits-")
+        .tempfile_in(dir)
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot create a temporary file in {}: {e}", dir.display()),
+            )
+        })?;
+    let refused = |e: io::Error| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "O_DIRECT refused by the file system under {}: {e}",
+                dir.display()
+            ),
+        )
+    };
+    // A second descriptor opened with O_DIRECT; EINVAL here means the file system does
+    // not support it.
+    let file = open_direct(guard.path()).map_err(refused)?;
+
+    let len = block.len() as u64;
+    let mut offset = 0u64;
+    let mut written = 0u64;
+    let start = Instant::now();
+    let deadline = start + duration;
+    loop {
+        file.write_all_at(block, offset).map_err(|e| {
+            // Some file systems accept the open and reject the aligned write instead.
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                refused(e)
+            } else {
+                io::Error::new(
+                    e.kind(),
+                    format!("O_DIRECT write to {} failed: {e}", guard.path().display()),
+                )
+            }
+        })?;
+        written += len;
+        offset += len;
+        if offset >= cap {
+            offset = 0;
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+    }
+    // O_DIRECT bypasses the page cache, but not the device's write cache nor the
+    // allocation metadata: the data is only durable after fdatasync.
+    file.sync_data().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("fdatasync of {} failed: {e}", guard.path().display()),
+        )
+    })?;
+    let elapsed = start.elapsed();
+    drop(file);
+    guard.close()?;
+    Ok(per_sec(written, elapsed))
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn open_direct(path: &Path) -> io::Result<std::fs::File> {
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn open_direct(_path: &Path) -> io::Result<std::fs::File> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "O_DIRECT is only supported on Linux",
+    ))
+}
+
+/// A zeroed heap buffer aligned for O_DIRECT, freed on drop.
+struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    layout: Layout,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> io::Result<Self> {
+        let layout = Layout::from_size_align(len, DIRECT_ALIGN)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // Safety: callers pass len > 0 (checked by direct_write_bandwidth), so the layout
+        // has a non-zero size as alloc_zeroed requires.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(raw).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("cannot allocate a {len}-byte aligned buffer"),
+            )
+        })?;
+        Ok(AlignedBuf { ptr, layout })
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // Safety: ptr points to layout.size() initialised (zeroed) bytes owned by self,
+        // and the shared borrow of self prevents concurrent mutation.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // Safety: as in as_slice; the exclusive borrow of self makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // Safety: ptr was returned by alloc_zeroed with exactly this layout and is freed once.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// True if `dir` is on tmpfs/ramfs (statfs f_type TMPFS_MAGIC 0x01021994 or RAMFS_MAGIC
+/// 0x858458f6). False if statfs fails or on non-Linux systems.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn is_memory_fs(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c_path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // Safety: c_path is a NUL-terminated string and st points to writable memory of
+    // the size statfs fills in.
+    if unsafe { libc::statfs(c_path.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // Safety: statfs returned 0, so it initialised the whole struct.
+    let st = unsafe { st.assume_init() };
+    // The width and signedness of f_type vary by target; the magic numbers are 32-bit.
+    let f_type = st.f_type as u32;
+    f_type == TMPFS_MAGIC || f_type == RAMFS_MAGIC
+}
+
+/// True if `dir` is on tmpfs/ramfs. Always false off Linux, where the statfs magic
+/// numbers do not apply.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn is_memory_fs(_dir: &Path) -> bool {
+    false
+}
+
+/// The limit that applies to writing into a store tier under `dir`: memcpy bandwidth with
+/// `threads` threads (64 MiB buffers) if it is a memory file system, else O_DIRECT sequential
+/// write with 1 MiB blocks in a temporary file of at most 512 MiB (falling back to memcpy
+/// with a name that says so if O_DIRECT is refused or the write fails).
+///
+/// Takes the median of 3 runs of about `duration` each, so it takes about 3 × `duration`.
+pub fn write_limit_for(dir: &Path, threads: usize, duration: Duration) -> Limit {
+    if is_memory_fs(dir) {
+        return memcpy_bandwidth(threads, MEMCPY_BUFFER_BYTES, duration, REPEATS);
+    }
+    match direct_write_bandwidth(dir, DIRECT_BLOCK_BYTES, duration, DIRECT_MAX_BYTES, REPEATS) {
+        Ok(limit) => limit,
+        Err(e) => {
+            let mut limit = memcpy_bandwidth(threads, MEMCPY_BUFFER_BYTES, duration, REPEATS);
+            limit.name = format!("{} (fallback: {e})", limit.name);
+            limit
+        }
+    }
+}
+
+/// Bytes per second, guarding against a zero elapsed time on coarse clocks.
+fn per_sec(bytes: u64, elapsed: Duration) -> f64 {
+    bytes as f64 / elapsed.as_secs_f64().max(1e-9)
+}
+
+/// Median; the mean of the middle two for an even count, 0 for none.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// "1 MiB", "4 KiB" or "1000 B": the largest binary unit that divides exactly.
+fn human_bytes(bytes: usize) -> String {
+    if bytes != 0 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes != 0 && bytes.is_multiple_of(1 << 10) {
+        format!("{} KiB", bytes >> 10)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: f64 = 1e6;
+
+    #[test]
+    fn memcpy_is_faster_than_100_mb_per_sec() {
+        let limit = memcpy_bandwidth(1, 8 << 20, Duration::from_millis(50), 3);
+        assert_eq!(limit.name, "memcpy 1 thread(s)");
+        assert!(limit.bytes_per_sec > 100.0 * MB, "{limit:?}");
+
+        let limit = memcpy_bandwidth(2, 8 << 20, Duration::from_millis(50), 2);
+        assert_eq!(limit.name, "memcpy 2 thread(s)");
+        assert!(limit.bytes_per_sec > 100.0 * MB, "{limit:?}");
+    }
+
+    /// Independent statfs check, so the test does not just repeat is_memory_fs.
+    fn statfs_says_tmpfs(path: &str) -> Option<bool> {
+        let c_path = std::ffi::CString::new(path).ok()?;
+        // Safety: an all-zero statfs is a valid value of this plain C struct.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // Safety: c_path is NUL-terminated and st is a valid, writable statfs.
+        if unsafe { libc::statfs(c_path.as_ptr(), &mut st) } != 0 {
+            return None;
+        }
+        Some(st.f_type as u32 == TMPFS_MAGIC)
+    }
+
+    #[test]
+    fn dev_shm_is_memory_fs() {
+        if Path::new("/dev/shm").is_dir() && statfs_says_tmpfs("/dev/shm") == Some(true) {
+            assert!(is_memory_fs(Path::new("/dev/shm")));
+        }
+        assert!(!is_memory_fs(Path::new("/nonexistent/hotstore/limits")));
+    }
+
+    fn check_direct_write(dir: &Path) {
+        let tmp = tempfile::tempdir_in(dir).expect("tempdir");
+        match direct_write_bandwidth(tmp.path(), 1 << 20, Duration::from_millis(100), 64 << 20, 2) {
+            Ok(limit) => {
+                assert_eq!(limit.name, "O_DIRECT sequential write, 1 MiB blocks");
+                assert!(limit.bytes_per_sec > 0.0, "{limit:?}");
+            }
+            Err(e) => eprintln!("O_DIRECT under {}: {e}", dir.display()),
+        }
+        // The temporary file is removed whether the measurement worked or not.
+        let left: Vec<_> = std::fs::read_dir(tmp.path()).expect("read_dir").collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+
+    #[test]
+    fn direct_write_on_disk() {
+        // /var/tmp is disk-backed by convention (unlike /tmp, often tmpfs); otherwise the
+        // target directory holding this test binary.
+        let dir = if Path::new("/var/tmp").is_dir() {
+            std::path::PathBuf::from("/var/tmp")
+        } else {
+            let exe = std::env::current_exe().expect("current_exe");
+            exe.parent().expect("exe dir").to_path_buf()
+        };
+        check_direct_write(&dir);
+    }
+
+    #[test]
+    fn direct_write_on_dev_shm() {
+        if Path::new("/dev/shm").is_dir() {
+            check_direct_write(Path::new("/dev/shm"));
+        }
+    }
+
+    #[test]
+    fn direct_write_rejects_bad_sizes() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let d = Duration::from_millis(1);
+        let kind = |r: io::Result<Limit>| r.err().map(|e| e.kind());
+        let invalid = Some(io::ErrorKind::InvalidInput);
+        assert_eq!(
+            kind(direct_write_bandwidth(tmp.path(), 0, d, 1 << 20, 1)),
+            invalid
+        );
+        assert_eq!(
+            kind(direct_write_bandwidth(tmp.path(), 1000, d, 1 << 20, 1)),
+            invalid
+        );
+        assert_eq!(
+            kind(direct_write_bandwidth(tmp.path(), 4096, d, 100, 1)),
+            invalid
+        );
+    }
+
+    #[test]
+    fn median_and_names() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(human_bytes(1 << 20), "1 MiB");
+        assert_eq!(human_bytes(4096), "4 KiB");
+        assert_eq!(human_bytes(1000), "1000 B");
+    }
+}

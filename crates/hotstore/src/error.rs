@@ -1,0 +1,141 @@
+//! Typed errors of the engine. Each message says what happened and, where there is one, what to do.
+
+use std::path::PathBuf;
+
+/// Result alias used across the engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything the engine can report. Never a panic for anything a caller or a disk can cause.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system call failed.
+    #[error("{op} failed on {path}: {source}")]
+    Io {
+        /// What was being done (e.g. "fallocate", "msync").
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record's checksum does not match its bytes.
+    #[error("checksum mismatch in {file} at offset {offset}: the record is damaged; run `hotstore verify`, or open with RecoveryMode::Salvage to keep every intact record")]
+    ChecksumMismatch {
+        /// Segment file.
+        file: PathBuf,
+        /// Byte offset of the damaged record.
+        offset: u64,
+    },
+    /// Damage found during recovery that is not a torn tail.
+    #[error("corruption in {file} at offset {offset}: {reason}; intact records follow it, so this is not a torn tail. Open with RecoveryMode::Salvage to keep every intact record and skip the damage")]
+    Corruption {
+        /// Segment or metadata file.
+        file: PathBuf,
+        /// Byte offset of the first damaged byte range.
+        offset: u64,
+        /// What was wrong.
+        reason: String,
+    },
+    /// No tier has room for the write; nothing stored was touched.
+    #[error("store full: a write of {needed_bytes} bytes does not fit (capacity {capacity_bytes} bytes over all tiers); remove or acknowledge data, or raise the tier capacity")]
+    StoreFull {
+        /// Bytes the write needed (record size).
+        needed_bytes: u64,
+        /// Sum of tier capacities.
+        capacity_bytes: u64,
+    },
+    /// Key longer than [`crate::MAX_KEY_LEN`].
+    #[error("key of {len} bytes is longer than the maximum of {max} bytes")]
+    KeyTooLarge {
+        /// Given length.
+        len: usize,
+        /// Limit.
+        max: usize,
+    },
+    /// Empty keys are not allowed.
+    #[error("empty key: keys must be 1 byte or longer")]
+    EmptyKey,
+    /// Value longer than [`crate::MAX_VALUE_LEN`].
+    #[error("value of {len} bytes is longer than the maximum of {max} bytes")]
+    ValueTooLarge {
+        /// Given length.
+        len: u64,
+        /// Limit.
+        max: u64,
+    },
+    /// The store was created with another key layout.
+    #[error("key layout mismatch: the store at {path} uses layout `{stored}`, the caller asked for `{requested}`; open it with the stored layout (or omit the layout to use it)")]
+    LayoutMismatch {
+        /// Store directory.
+        path: PathBuf,
+        /// Layout in the metadata.
+        stored: String,
+        /// Layout given by the caller.
+        requested: String,
+    },
+    /// A file has a format version this build cannot read.
+    #[error("{path} has format version {found}; this build reads version {supported}")]
+    FormatVersion {
+        /// File.
+        path: PathBuf,
+        /// Version found.
+        found: u32,
+        /// Version supported.
+        supported: u32,
+    },
+    /// The metadata file is missing or unreadable.
+    #[error("bad store metadata in {path}: {reason}")]
+    BadMetadata {
+        /// Metadata file.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// No store at the path and `create_if_missing` is off.
+    #[error("no store at {0}: create one first (or allow creation)")]
+    NoStore(PathBuf),
+    /// Another process holds the store open.
+    #[error("store at {0} is open in another process (lock held on its LOCK file)")]
+    Locked(PathBuf),
+    /// An option is out of its documented bounds.
+    #[error("invalid option {name}: {reason}")]
+    InvalidOption {
+        /// Option name.
+        name: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A key layout description could not be parsed.
+    #[error("invalid key layout `{spec}`: {reason}")]
+    InvalidLayout {
+        /// The text given.
+        spec: String,
+        /// Why.
+        reason: String,
+    },
+    /// A persist (fdatasync/msync) failed earlier; the store refuses writes because the
+    /// state of the page cache is unknown after a failed sync.
+    #[error("store is read-only after a failed persist ({0}); reopen it to recover what is on the device")]
+    Poisoned(String),
+    /// A reservation was committed with a different length than reserved, or similar misuse.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl Error {
+    /// Wraps an I/O error with the operation and path it came from.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// True if this is a [`Error::StoreFull`].
+    pub fn is_full(&self) -> bool {
+        matches!(self, Error::StoreFull { .. })
+    }
+}

@@ -1,0 +1,195 @@
+//! The DRAM index: key → location of the newest record, ordered, concurrent.
+//!
+//! Sharded ordered maps (`BTreeMap` under a reader-writer lock per shard). A fragment key is
+//! sharded by its event prefix, so all fragments of one event live in one shard; other keys by
+//! the whole key. Writers on different shards never meet; ordered range queries merge the
+//! shards. Keys up to [`INLINE_KEY_LEN`] bytes are stored inline (no allocation): the default
+//! 16-byte DAQ key always is. Cost per entry is measured by `tests/index_memory.rs` and
+//! documented in docs/design.md.
+
+use crate::segment::Segment;
+use parking_lot::RwLock;
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Number of shards (a power of two).
+pub const SHARDS: usize = 32;
+/// Keys up to this length are stored inline in the index.
+pub const INLINE_KEY_LEN: usize = 22;
+
+/// A key as held by the index: inline when short.
+#[derive(Clone)]
+pub enum IndexKey {
+    /// Short key stored in place.
+    Inline {
+        /// Length.
+        len: u8,
+        /// Bytes (only `len` used).
+        bytes: [u8; INLINE_KEY_LEN],
+    },
+    /// Longer key on the heap.
+    Heap(Box<[u8]>),
+}
+
+const _: () = assert!(std::mem::size_of::<IndexKey>() == 24);
+
+impl IndexKey {
+    /// Copies a key.
+    pub fn new(key: &[u8]) -> Self {
+        if key.len() <= INLINE_KEY_LEN {
+            let mut bytes = [0u8; INLINE_KEY_LEN];
+            bytes[..key.len()].copy_from_slice(key);
+            IndexKey::Inline {
+                len: key.len() as u8,
+                bytes,
+            }
+        } else {
+            IndexKey::Heap(key.into())
+        }
+    }
+
+    /// The key bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            IndexKey::Inline { len, bytes } => &bytes[..*len as usize],
+            IndexKey::Heap(b) => b,
+        }
+    }
+}
+
+impl Borrow<[u8]> for IndexKey {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+impl PartialEq for IndexKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+impl Eq for IndexKey {}
+impl PartialOrd for IndexKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for IndexKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+impl std::fmt::Debug for IndexKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for b in self.as_bytes() {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Value length that marks a tombstone held in the index during recovery only.
+pub const TOMBSTONE_LEN: u32 = u32::MAX;
+
+/// Where the newest record of a key lives.
+#[derive(Clone)]
+pub struct Loc {
+    /// Segment holding the record.
+    pub seg: Arc<Segment>,
+    /// Record offset in the segment.
+    pub offset: u32,
+    /// Value length ([`TOMBSTONE_LEN`] for a tombstone during recovery).
+    pub value_len: u32,
+    /// Sequence number of the record: the newest wins.
+    pub lsn: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<Loc>() == 24);
+
+/// One shard.
+pub type Shard = RwLock<BTreeMap<IndexKey, Loc>>;
+
+/// The sharded index.
+pub struct Index {
+    shards: Box<[Shard]>,
+    prefix_len: usize,
+    fragment_len: usize,
+}
+
+impl Index {
+    /// An empty index; fragment keys (`fragment_len` bytes) shard by their first `prefix_len` bytes.
+    pub fn new(fragment_len: usize, prefix_len: usize) -> Self {
+        Index {
+            shards: (0..SHARDS).map(|_| RwLock::new(BTreeMap::new())).collect(),
+            prefix_len,
+            fragment_len,
+        }
+    }
+
+    /// The shard responsible for `key`.
+    pub fn shard(&self, key: &[u8]) -> &Shard {
+        let hashed = if key.len() == self.fragment_len {
+            &key[..self.prefix_len]
+        } else {
+            key
+        };
+        // crc32c is a hardware instruction here and spreads sequential event numbers well.
+        let h = crc32c::crc32c(hashed);
+        &self.shards[(h as usize) & (SHARDS - 1)]
+    }
+
+    /// All shards (for scans and statistics).
+    pub fn shards(&self) -> &[Shard] {
+        &self.shards
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.read().len()).sum()
+    }
+
+    /// True if there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Up to `limit` entries with keys in `[from, to)` (`to` = `None`: unbounded), in key
+    /// order, each mapped through `f` while its shard is locked (so `f` may read the value).
+    pub fn range<T>(
+        &self,
+        from: &[u8],
+        to: Option<&[u8]>,
+        limit: usize,
+        mut f: impl FnMut(&IndexKey, &Loc) -> T,
+    ) -> Vec<(Box<[u8]>, T)> {
+        use std::ops::Bound;
+        let upper = match to {
+            Some(t) => Bound::Excluded(t),
+            None => Bound::Unbounded,
+        };
+        let mut merged: Vec<(Box<[u8]>, T)> = Vec::new();
+        for shard in self.shards.iter() {
+            let map = shard.read();
+            let mut taken = 0;
+            for (k, loc) in map.range::<[u8], _>((Bound::Included(from), upper)) {
+                if taken == limit {
+                    break;
+                }
+                // Skip what cannot make the cut: the merged list is kept at most `limit` long.
+                if merged.len() == limit
+                    && merged
+                        .last()
+                        .is_some_and(|(last, _)| **last < *k.as_bytes())
+                {
+                    break;
+                }
+                merged.push((k.as_bytes().into(), f(k, loc)));
+                taken += 1;
+            }
+            drop(map);
+            merged.sort_by(|a, b| a.0.cmp(&b.0));
+            merged.truncate(limit);
+        }
+        merged
+    }
+}

@@ -1,0 +1,115 @@
+//! The maintenance thread: everything kept off the write path.
+//!
+//! * **Seal**: persist a segment the lane has left and write its summary (so the next open
+//!   reads keys, not values).
+//! * **Reclaim**: recycle a sealed segment whose records are all dead and that shadows nothing
+//!   still on disk: persist every segment first (so whatever made its records dead is durable),
+//!   mark the file free on the medium, then unpin the segments that were waiting on it.
+//! * **Prepare**: keep each tier stocked with pre-faulted files.
+
+use crate::segment::Segment;
+use crate::store::Inner;
+use crate::summary::{self, Entry};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Work for the maintenance thread.
+pub(crate) enum Job {
+    Seal(Arc<Segment>, Vec<Entry>),
+    Reclaim(u64),
+    Stop,
+}
+
+pub(crate) fn run(inner: Arc<Inner>, rx: Receiver<Job>) {
+    loop {
+        let job = match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) => {
+                prepare(&inner);
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        match job {
+            Job::Seal(seg, entries) => seal(&inner, &seg, &entries),
+            Job::Reclaim(id) => reclaim(&inner, id),
+            Job::Stop => {
+                // Finish what is queued (seals from close) before leaving.
+                while let Ok(job) = rx.try_recv() {
+                    match job {
+                        Job::Seal(seg, entries) => seal(&inner, &seg, &entries),
+                        Job::Reclaim(id) => reclaim(&inner, id),
+                        Job::Stop => {}
+                    }
+                }
+                return;
+            }
+        }
+        prepare(&inner);
+    }
+}
+
+fn prepare(inner: &Inner) {
+    if inner.is_poisoned.load(Ordering::Acquire) {
+        return;
+    }
+    if let Some(tier) = inner.tiers.first() {
+        // A failure here is retried later and surfaces to the writer that needs the file.
+        let _ = tier.prepare_one();
+    }
+}
+
+fn seal(inner: &Inner, seg: &Arc<Segment>, entries: &[Entry]) {
+    if seg.recycled.load(Ordering::Acquire) {
+        return;
+    }
+    let end = match seg.persist_written() {
+        Ok(end) => end,
+        Err(e) => return inner.poison(&e),
+    };
+    let bytes = summary::encode(seg.id, end as u64, entries);
+    // A missing summary only costs a scan at the next open.
+    let _ = inner.tiers[seg.tier]
+        .medium
+        .write_file(&summary::file_name(seg.slot), &bytes);
+    inner.maybe_reclaim(seg);
+}
+
+fn reclaim(inner: &Inner, id: u64) {
+    let Some(seg) = inner.segments.lock().get(&id).cloned() else {
+        return;
+    };
+    if !seg.is_reclaimable() || inner.is_poisoned.load(Ordering::Acquire) {
+        return;
+    }
+    // Whatever shadows this segment's records must be durable before they can vanish.
+    if inner.persist_all().is_err() {
+        return;
+    }
+    let holders: Vec<u64> = {
+        let mut by = seg.pinned_by.lock();
+        seg.recycled.store(true, Ordering::Release);
+        by.drain().collect()
+    };
+    inner.segments.lock().remove(&id);
+    let tier = &inner.tiers[seg.tier];
+    if let Err(e) = seg.write_free_header() {
+        return inner.poison(&e);
+    }
+    let _ = tier.medium.remove(&summary::file_name(seg.slot));
+    for h in holders {
+        let holder = inner.segments.lock().get(&h).cloned();
+        if let Some(holder) = holder {
+            holder.pins.fetch_sub(1, Ordering::AcqRel);
+            inner.maybe_reclaim(&holder);
+        }
+    }
+    if let Err(e) = tier.give_back(seg.slot, seg.region.clone()) {
+        return inner.poison(&e);
+    }
+    let mut generation = inner.space.0.lock();
+    *generation += 1;
+    inner.space.1.notify_all();
+}

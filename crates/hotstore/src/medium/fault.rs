@@ -1,0 +1,333 @@
+//! [`FaultMedium`]: an in-memory medium for crash and fault tests.
+//!
+//! Every region has two images: the *live* one the store writes through its pointer (what a
+//! running process sees in its page cache), and the *durable* one, which receives exactly the
+//! byte ranges passed to `persist`. [`FaultMedium::crash`] returns a new medium holding only the
+//! durable images (a power cut), optionally with random 512-byte sectors of unpersisted data
+//! mixed in (a torn, out-of-order write-back). Faults: a capacity that makes creation fail with
+//! ENOSPC, and persist or file-write failures from the N-th call on.
+
+use super::{Domain, Medium, Region};
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Faults to inject; change them at any time through [`FaultMedium::faults`].
+#[derive(Debug, Default)]
+pub struct FaultConfig {
+    /// Total bytes of regions this medium may hold; 0 means unlimited.
+    pub capacity_bytes: AtomicU64,
+    /// Persist calls succeed while fewer than this many have been made; 0 means never fail.
+    pub fail_persist_from: AtomicU64,
+    /// Persist calls made so far.
+    pub persist_calls: AtomicU64,
+    /// `write_file` calls fail from this call number on (1-based); 0 means never fail.
+    pub fail_write_file_from: AtomicU64,
+    /// `write_file` calls made so far.
+    pub write_file_calls: AtomicU64,
+}
+
+struct MemRegion {
+    path: PathBuf,
+    ptr: *mut u8,
+    len: usize,
+    durable: Mutex<Vec<u8>>,
+    faults: Arc<FaultConfig>,
+}
+
+// Safety: the live image is plain heap memory; the engine coordinates access to it as for a
+// mapped file.
+unsafe impl Send for MemRegion {}
+// Safety: as above.
+unsafe impl Sync for MemRegion {}
+
+impl MemRegion {
+    fn new(path: PathBuf, contents: Vec<u8>, faults: Arc<FaultConfig>) -> Self {
+        let len = contents.len();
+        let live = contents.clone().into_boxed_slice();
+        let ptr = Box::into_raw(live) as *mut u8;
+        MemRegion {
+            path,
+            ptr,
+            len,
+            durable: Mutex::new(contents),
+            faults,
+        }
+    }
+
+    fn live(&self) -> &[u8] {
+        // Safety: `ptr` owns `len` bytes for our lifetime. Reading bytes another thread writes
+        // is the same race a mapped file has; tests only crash a quiescent store.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for MemRegion {
+    fn drop(&mut self) {
+        // Safety: reconstructs the box made in `new`, exactly once.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
+    }
+}
+
+impl Region for MemRegion {
+    fn path(&self) -> &PathBuf {
+        &self.path
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn persist(&self, offset: usize, len: usize) -> Result<()> {
+        assert!(offset + len <= self.len, "persist past the end");
+        let n = self.faults.persist_calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let from = self.faults.fail_persist_from.load(Ordering::SeqCst);
+        if from != 0 && n >= from {
+            return Err(Error::io(
+                "persist",
+                &self.path,
+                std::io::Error::other("injected persist failure"),
+            ));
+        }
+        self.durable.lock()[offset..offset + len]
+            .copy_from_slice(&self.live()[offset..offset + len]);
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct State {
+    regions: BTreeMap<String, Arc<MemRegion>>,
+    files: BTreeMap<String, Vec<u8>>,
+}
+
+/// An in-memory, fault-injecting medium (see the module docs).
+pub struct FaultMedium {
+    path: PathBuf,
+    domain: Domain,
+    state: Mutex<State>,
+    faults: Arc<FaultConfig>,
+    locked: Arc<Mutex<bool>>,
+}
+
+impl std::fmt::Debug for FaultMedium {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FaultMedium({})", self.path.display())
+    }
+}
+
+impl FaultMedium {
+    /// An empty medium that behaves as a `block` tier (persist is what survives).
+    pub fn new(name: &str) -> Arc<Self> {
+        Arc::new(FaultMedium {
+            path: PathBuf::from(format!("mem:{name}")),
+            domain: Domain::Block,
+            state: Mutex::new(State::default()),
+            faults: Arc::new(FaultConfig::default()),
+            locked: Arc::new(Mutex::new(false)),
+        })
+    }
+
+    /// The fault switches.
+    pub fn faults(&self) -> &FaultConfig {
+        &self.faults
+    }
+
+    /// Bytes currently held in regions.
+    pub fn used_bytes(&self) -> u64 {
+        self.state
+            .lock()
+            .regions
+            .values()
+            .map(|r| r.len as u64)
+            .sum()
+    }
+
+    /// A new medium as the device would hold it after a power cut: durable images only. With
+    /// `torn_seed`, each unpersisted 512-byte sector of the live image survives with
+    /// probability 1/2 (deterministic in the seed), as an out-of-order write-back would leave it.
+    pub fn crash(&self, torn_seed: Option<u64>) -> Arc<Self> {
+        let state = self.state.lock();
+        let faults = Arc::new(FaultConfig::default());
+        let mut rng = torn_seed.unwrap_or(0) | 1;
+        let mut regions = BTreeMap::new();
+        for (name, r) in &state.regions {
+            let mut image = r.durable.lock().clone();
+            if torn_seed.is_some() {
+                let live = r.live();
+                for (i, sector) in image.chunks_mut(512).enumerate() {
+                    // xorshift64: a tiny deterministic generator is enough here.
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    if rng & 1 == 1 {
+                        let start = i * 512;
+                        sector.copy_from_slice(&live[start..start + sector.len()]);
+                    }
+                }
+            }
+            regions.insert(
+                name.clone(),
+                Arc::new(MemRegion::new(r.path.clone(), image, faults.clone())),
+            );
+        }
+        Arc::new(FaultMedium {
+            path: self.path.clone(),
+            domain: self.domain,
+            state: Mutex::new(State {
+                regions,
+                files: state.files.clone(),
+            }),
+            faults,
+            locked: Arc::new(Mutex::new(false)),
+        })
+    }
+
+    /// A new medium holding everything written so far, persisted or not: what the disk holds
+    /// after the *process* is killed (the page cache survives).
+    pub fn process_crash(&self) -> Arc<Self> {
+        let state = self.state.lock();
+        let faults = Arc::new(FaultConfig::default());
+        let regions = state
+            .regions
+            .iter()
+            .map(|(n, r)| {
+                (
+                    n.clone(),
+                    Arc::new(MemRegion::new(
+                        r.path.clone(),
+                        r.live().to_vec(),
+                        faults.clone(),
+                    )),
+                )
+            })
+            .collect();
+        Arc::new(FaultMedium {
+            path: self.path.clone(),
+            domain: self.domain,
+            state: Mutex::new(State {
+                regions,
+                files: state.files.clone(),
+            }),
+            faults,
+            locked: Arc::new(Mutex::new(false)),
+        })
+    }
+
+    /// Applies `f` to the durable and live images of region `name` (for damage tests).
+    pub fn tamper(&self, name: &str, f: impl Fn(&mut [u8])) -> bool {
+        let state = self.state.lock();
+        let Some(r) = state.regions.get(name) else {
+            return false;
+        };
+        f(&mut r.durable.lock());
+        // Safety: tests call this on a closed store; nothing else touches the live image.
+        f(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) });
+        true
+    }
+
+    /// Names of all regions.
+    pub fn region_names(&self) -> Vec<String> {
+        self.state.lock().regions.keys().cloned().collect()
+    }
+}
+
+impl Medium for FaultMedium {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn domain(&self) -> Domain {
+        self.domain
+    }
+    fn survives_power_cut(&self) -> bool {
+        true
+    }
+    fn create_region(&self, name: &str, len: usize) -> Result<Arc<dyn Region>> {
+        let mut state = self.state.lock();
+        let path = self.path.join(name);
+        if state.regions.contains_key(name) {
+            return Err(Error::io(
+                "create segment",
+                path,
+                std::io::ErrorKind::AlreadyExists.into(),
+            ));
+        }
+        let cap = self.faults.capacity_bytes.load(Ordering::SeqCst);
+        let used: u64 = state.regions.values().map(|r| r.len as u64).sum();
+        if cap != 0 && used + len as u64 > cap {
+            return Err(Error::io(
+                "fallocate",
+                path,
+                std::io::Error::from_raw_os_error(libc::ENOSPC),
+            ));
+        }
+        let r = Arc::new(MemRegion::new(path, vec![0u8; len], self.faults.clone()));
+        state.regions.insert(name.to_string(), r.clone());
+        Ok(r)
+    }
+    fn open_region(&self, name: &str) -> Result<Arc<dyn Region>> {
+        let state = self.state.lock();
+        match state.regions.get(name) {
+            Some(r) => Ok(r.clone()),
+            None => Err(Error::io(
+                "open segment",
+                self.path.join(name),
+                std::io::ErrorKind::NotFound.into(),
+            )),
+        }
+    }
+    fn list(&self) -> Result<Vec<String>> {
+        let state = self.state.lock();
+        Ok(state
+            .regions
+            .keys()
+            .chain(state.files.keys())
+            .cloned()
+            .collect())
+    }
+    fn remove(&self, name: &str) -> Result<()> {
+        let mut state = self.state.lock();
+        state.regions.remove(name);
+        state.files.remove(name);
+        Ok(())
+    }
+    fn read_file(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.state.lock().files.get(name).cloned())
+    }
+    fn write_file(&self, name: &str, data: &[u8]) -> Result<()> {
+        let n = self.faults.write_file_calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let from = self.faults.fail_write_file_from.load(Ordering::SeqCst);
+        if from != 0 && n >= from {
+            return Err(Error::io(
+                "write",
+                self.path.join(name),
+                std::io::Error::other("injected write failure"),
+            ));
+        }
+        self.state
+            .lock()
+            .files
+            .insert(name.to_string(), data.to_vec());
+        Ok(())
+    }
+    fn lock(&self) -> Result<Box<dyn Any + Send + Sync>> {
+        let mut l = self.locked.lock();
+        if *l {
+            return Err(Error::Locked(self.path.clone()));
+        }
+        *l = true;
+        Ok(Box::new(LockGuard(self.locked.clone())))
+    }
+}
+
+struct LockGuard(Arc<Mutex<bool>>);
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        *self.0.lock() = false;
+    }
+}

@@ -1,0 +1,364 @@
+//! [`FileMedium`]: a directory on a real file system, segments mapped with `mmap`.
+//!
+//! Creation preallocates with `posix_fallocate` (a full device fails here with ENOSPC rather
+//! than with SIGBUS on a later store), maps the file shared (with MAP_SYNC on `pmem`) and
+//! pre-faults it so page faults are not paid by writers: by touching every page on memory-backed
+//! tiers, with MAP_POPULATE on `block` tiers (touching would write the whole file twice).
+
+use super::{flush, Domain, Medium, Region};
+use crate::error::{Error, Result};
+use std::any::Any;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const PAGE: usize = 4096;
+
+/// A tier directory on a real file system.
+#[derive(Debug)]
+pub struct FileMedium {
+    dir: PathBuf,
+    domain: Domain,
+    /// MAP_SYNC was accepted on this directory (real persistent memory with DAX).
+    map_sync: bool,
+}
+
+impl FileMedium {
+    /// Uses `dir` (created if missing) as a tier in `domain`. For `pmem`, MAP_SYNC is probed:
+    /// if the file system refuses it the tier still uses the pmem code path (cache-line
+    /// write-back) but reports that it does not survive a power cut.
+    pub fn new(dir: impl Into<PathBuf>, domain: Domain) -> Result<Self> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
+        let map_sync = domain == Domain::Pmem && probe_map_sync(&dir);
+        Ok(FileMedium {
+            dir,
+            domain,
+            map_sync,
+        })
+    }
+
+    fn file_path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn sync_dir(&self) -> Result<()> {
+        if self.domain == Domain::Volatile {
+            return Ok(());
+        }
+        let d = File::open(&self.dir).map_err(|e| Error::io("open directory", &self.dir, e))?;
+        d.sync_all()
+            .map_err(|e| Error::io("fsync directory", &self.dir, e))
+    }
+
+    fn map(&self, path: &Path, file: File, len: usize, populate: bool) -> Result<Arc<dyn Region>> {
+        let mut flags = libc::MAP_SHARED;
+        if self.map_sync {
+            flags = libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC;
+        }
+        if populate {
+            flags |= libc::MAP_POPULATE;
+        }
+        // Safety: mapping a file we own with a length equal to its size; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len.max(1),
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::io("mmap", path, std::io::Error::last_os_error()));
+        }
+        Ok(Arc::new(MappedFile {
+            path: path.to_path_buf(),
+            _file: file,
+            ptr: ptr as *mut u8,
+            len,
+            domain: self.domain,
+        }))
+    }
+}
+
+/// True if `dir` accepts MAP_SYNC mappings (a DAX mount on persistent memory).
+pub fn probe_map_sync(dir: &Path) -> bool {
+    let probe = dir.join(".map_sync_probe");
+    let Ok(file) = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&probe)
+    else {
+        return false;
+    };
+    let ok = file.set_len(PAGE as u64).is_ok() && {
+        // Safety: a one-page shared mapping of our own file, unmapped right away.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            false
+        } else {
+            // Safety: `p` is the mapping made just above.
+            unsafe { libc::munmap(p, PAGE) };
+            true
+        }
+    };
+    let _ = std::fs::remove_file(&probe);
+    ok
+}
+
+impl Medium for FileMedium {
+    fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    fn domain(&self) -> Domain {
+        self.domain
+    }
+
+    fn survives_power_cut(&self) -> bool {
+        match self.domain {
+            Domain::Volatile => false,
+            Domain::Pmem => self.map_sync,
+            Domain::Block => true,
+        }
+    }
+
+    fn create_region(&self, name: &str, len: usize) -> Result<Arc<dyn Region>> {
+        let path = self.file_path(name);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&path)
+            .map_err(|e| Error::io("create segment", &path, e))?;
+        // Safety: plain syscall on an open descriptor.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+        if rc != 0 {
+            drop(file);
+            let _ = std::fs::remove_file(&path);
+            return Err(Error::io(
+                "fallocate",
+                &path,
+                std::io::Error::from_raw_os_error(rc),
+            ));
+        }
+        if self.domain != Domain::Volatile {
+            // The size and allocation must be durable before records in the file are acknowledged.
+            file.sync_all().map_err(|e| Error::io("fsync", &path, e))?;
+            self.sync_dir()?;
+        }
+        let region = self.map(&path, file, len, self.domain == Domain::Block)?;
+        if self.domain != Domain::Block {
+            // Pre-fault by writing one zero per page: the file is fresh and all zero, so this
+            // changes nothing but installs writable page-table entries now, off the hot path.
+            let base = region.as_ptr();
+            for off in (0..len).step_by(PAGE) {
+                // Safety: `off < len`, inside the mapping; no one else has this region yet.
+                unsafe { std::ptr::write_volatile(base.add(off), 0) };
+            }
+        }
+        Ok(region)
+    }
+
+    fn open_region(&self, name: &str) -> Result<Arc<dyn Region>> {
+        let path = self.file_path(name);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io("open segment", &path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", &path, e))?
+            .len() as usize;
+        self.map(&path, file, len, false)
+    }
+
+    fn list(&self) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in
+            std::fs::read_dir(&self.dir).map_err(|e| Error::io("list directory", &self.dir, e))?
+        {
+            let entry = entry.map_err(|e| Error::io("list directory", &self.dir, e))?;
+            if let Some(name) = entry.file_name().to_str() {
+                names.push(name.to_string());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn remove(&self, name: &str) -> Result<()> {
+        let path = self.file_path(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("remove", &path, e)),
+        }
+    }
+
+    fn read_file(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let path = self.file_path(name);
+        match std::fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("read", &path, e)),
+        }
+    }
+
+    fn write_file(&self, name: &str, data: &[u8]) -> Result<()> {
+        let path = self.file_path(name);
+        let tmp = self.file_path(&format!("{name}.tmp"));
+        let mut f = File::create(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
+        f.write_all(data).map_err(|e| Error::io("write", &tmp, e))?;
+        if self.domain != Domain::Volatile {
+            f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+        }
+        drop(f);
+        std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
+        self.sync_dir()
+    }
+
+    fn lock(&self) -> Result<Box<dyn Any + Send + Sync>> {
+        let path = self.file_path("LOCK");
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io("open lock file", &path, e))?;
+        // Safety: plain syscall on an open descriptor. The lock dies with the process.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(Error::Locked(self.dir.clone()));
+        }
+        Ok(Box::new(f))
+    }
+}
+
+/// A mapped file.
+struct MappedFile {
+    path: PathBuf,
+    _file: File,
+    ptr: *mut u8,
+    len: usize,
+    domain: Domain,
+}
+
+// Safety: the mapping is plain shared memory; the engine coordinates who writes which bytes
+// (one writer per unpublished range, readers only of published ranges).
+unsafe impl Send for MappedFile {}
+// Safety: as above.
+unsafe impl Sync for MappedFile {}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        // Safety: `ptr`/`len` are the mapping made in `map`, unmapped exactly once.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len.max(1)) };
+    }
+}
+
+impl Region for MappedFile {
+    fn path(&self) -> &PathBuf {
+        &self.path
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    fn persist(&self, offset: usize, len: usize) -> Result<()> {
+        assert!(
+            offset + len <= self.len,
+            "persist past the end of {}",
+            self.path.display()
+        );
+        match self.domain {
+            Domain::Volatile => Ok(()),
+            // Safety: the range is inside the mapping (asserted above).
+            Domain::Pmem => {
+                unsafe { flush::persist_range(self.ptr.add(offset), len) };
+                Ok(())
+            }
+            Domain::Block => {
+                let start = offset & !(PAGE - 1);
+                let end = offset + len;
+                // Safety: page-aligned sub-range of our mapping.
+                let rc = unsafe {
+                    libc::msync(
+                        self.ptr.add(start) as *mut libc::c_void,
+                        end - start,
+                        libc::MS_SYNC,
+                    )
+                };
+                if rc != 0 {
+                    return Err(Error::io(
+                        "msync",
+                        &self.path,
+                        std::io::Error::last_os_error(),
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What the file system under `dir` suggests as its persistence domain, and why.
+pub fn detect_domain(dir: &Path) -> (Domain, &'static str) {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let Some(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok() else {
+        return (
+            Domain::Block,
+            "path not representable; assuming a block device",
+        );
+    };
+    // Safety: statfs writes into the zeroed struct we pass; the path is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // Safety: as above.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0 {
+        #[allow(
+            clippy::unnecessary_cast,
+            reason = "f_type's integer type differs between libcs"
+        )]
+        let t = st.f_type as i64;
+        if t == TMPFS_MAGIC || t == RAMFS_MAGIC {
+            return (
+                Domain::Volatile,
+                "tmpfs/ramfs: memory only, lost on power cut",
+            );
+        }
+    }
+    if probe_map_sync(dir) {
+        return (
+            Domain::Pmem,
+            "MAP_SYNC accepted: DAX mount on persistent memory",
+        );
+    }
+    (
+        Domain::Block,
+        "regular file system: made durable with msync/fdatasync",
+    )
+}

@@ -1,0 +1,108 @@
+//! The one narrow I/O interface of the engine. Everything the store reads or writes goes
+//! through [`Medium`] (a directory of files) and [`Region`] (one preallocated, mapped file), so
+//! tests can plug in [`FaultMedium`], which keeps only what was persisted and fails on demand.
+
+mod fault;
+mod file;
+mod flush;
+
+pub use fault::{FaultConfig, FaultMedium};
+pub use file::{detect_domain, probe_map_sync, FileMedium};
+
+use crate::error::Result;
+use serde::{Deserialize, Serialize};
+use std::any::Any;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Where a tier's bytes live, and therefore what survives a power cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Domain {
+    /// DRAM or tmpfs: survives a crash of the writing process, never a power cut.
+    Volatile,
+    /// Persistent memory through a DAX mapping (MAP_SYNC): made durable with cache-line
+    /// write-back and a fence, no system call.
+    Pmem,
+    /// A file system on a disk or SSD: made durable with msync/fdatasync.
+    Block,
+}
+
+impl Domain {
+    /// Lower-case name as in the metadata and on the command line.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Domain::Volatile => "volatile",
+            Domain::Pmem => "pmem",
+            Domain::Block => "block",
+        }
+    }
+}
+
+impl fmt::Display for Domain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Domain {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "volatile" => Ok(Domain::Volatile),
+            "pmem" => Ok(Domain::Pmem),
+            "block" => Ok(Domain::Block),
+            other => Err(format!(
+                "unknown persistence domain `{other}` (volatile, pmem or block)"
+            )),
+        }
+    }
+}
+
+/// A directory holding a tier's files.
+pub trait Medium: Send + Sync + fmt::Debug {
+    /// The directory, for messages.
+    fn path(&self) -> &Path;
+    /// The declared persistence domain.
+    fn domain(&self) -> Domain;
+    /// True if a persisted write on this medium survives a power cut (a `block` file system, or
+    /// `pmem` with MAP_SYNC accepted). False for tmpfs and for pmem emulated without MAP_SYNC.
+    fn survives_power_cut(&self) -> bool;
+    /// Creates file `name` of exactly `len` bytes, all blocks allocated (a full device fails
+    /// here, not later with SIGBUS), mapped and pre-faulted. The file must not exist.
+    fn create_region(&self, name: &str, len: usize) -> Result<Arc<dyn Region>>;
+    /// Maps an existing file.
+    fn open_region(&self, name: &str) -> Result<Arc<dyn Region>>;
+    /// Names of the files in the directory.
+    fn list(&self) -> Result<Vec<String>>;
+    /// Removes a file (missing is not an error).
+    fn remove(&self, name: &str) -> Result<()>;
+    /// Reads a small whole file; `None` if it does not exist.
+    fn read_file(&self, name: &str) -> Result<Option<Vec<u8>>>;
+    /// Atomically replaces a small file and makes it durable (temp file, sync, rename, sync dir).
+    fn write_file(&self, name: &str, data: &[u8]) -> Result<()>;
+    /// Takes an exclusive lock on the directory for this process; released on drop.
+    fn lock(&self) -> Result<Box<dyn Any + Send + Sync>>;
+}
+
+/// One preallocated file, mapped into memory at a stable address for its whole life.
+///
+/// The engine writes through [`Region::as_ptr`] and reads published bytes back the same way.
+/// The region itself never moves or shrinks while a reference to it exists.
+pub trait Region: Send + Sync {
+    /// Full path, for messages.
+    fn path(&self) -> &PathBuf;
+    /// Length in bytes.
+    fn len(&self) -> usize;
+    /// True if the region has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Base address of the mapping; valid for `len()` bytes while `self` lives.
+    fn as_ptr(&self) -> *mut u8;
+    /// Makes bytes `[offset, offset + len)` durable in the medium's domain. A no-op on a
+    /// volatile medium. After an error the caller must assume nothing past the last success
+    /// is durable.
+    fn persist(&self, offset: usize, len: usize) -> Result<()>;
+}

@@ -1,0 +1,76 @@
+//! The store's metadata file `hotstore.meta`: JSON, replaced atomically.
+//!
+//! ```json
+//! {"format_version":1,"layout":"run:u32,event:u64|detector:u16,component:u16",
+//!  "segment_size_bytes":67108864,"created_unix_ms":1763770000000,
+//!  "tiers":[{"path":".","domain":"volatile","capacity_bytes":0}]}
+//! ```
+//! It fixes what must not change under existing data: the format version, the key layout and
+//! the segment size. Tiers list their directory, declared domain and capacity.
+
+use crate::error::{Error, Result};
+use crate::medium::{Domain, Medium};
+use serde::{Deserialize, Serialize};
+
+/// Name of the metadata file.
+pub const META_FILE: &str = "hotstore.meta";
+/// Store format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A tier as recorded in the metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierMeta {
+    /// Directory (relative to the store directory, or absolute).
+    pub path: String,
+    /// Declared persistence domain.
+    pub domain: Domain,
+    /// Capacity in bytes, 0 = as much as the file system has.
+    pub capacity_bytes: u64,
+}
+
+/// The metadata file's contents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// Store format version.
+    pub format_version: u32,
+    /// Key layout in its text form.
+    pub layout: String,
+    /// Segment size.
+    pub segment_size_bytes: u64,
+    /// Creation time.
+    pub created_unix_ms: u64,
+    /// Tiers in order.
+    pub tiers: Vec<TierMeta>,
+}
+
+impl Meta {
+    /// Reads the metadata from `medium`; `None` if there is no store.
+    pub fn load(medium: &dyn Medium) -> Result<Option<Meta>> {
+        let path = medium.path().join(META_FILE);
+        let Some(bytes) = medium.read_file(META_FILE)? else {
+            return Ok(None);
+        };
+        let meta: Meta = serde_json::from_slice(&bytes).map_err(|e| Error::BadMetadata {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        if meta.format_version != FORMAT_VERSION {
+            return Err(Error::FormatVersion {
+                path,
+                found: meta.format_version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        Ok(Some(meta))
+    }
+
+    /// Writes the metadata to `medium` atomically and durably.
+    pub fn store(&self, medium: &dyn Medium) -> Result<()> {
+        let mut bytes = serde_json::to_vec_pretty(self).map_err(|e| Error::BadMetadata {
+            path: medium.path().join(META_FILE),
+            reason: e.to_string(),
+        })?;
+        bytes.push(b'\n');
+        medium.write_file(META_FILE, &bytes)
+    }
+}

@@ -1,0 +1,293 @@
+//! Segment files: preallocated, append-only, one writer at a time.
+//!
+//! ```text
+//! file offset
+//! 0       SEGMENT_HEADER_LEN (4096) bytes: header page, of which the first 64 are used:
+//!           0  8  magic        b"HOTSEG\0\x01"
+//!           8  4  version      SEGMENT_VERSION
+//!          12  2  tier         index of the tier holding the file
+//!          14  2  reserved     0
+//!          16  8  segment id   > 0 while in use; 0 = free (recycled, reusable)
+//!          24  8  created      unix time, nanoseconds
+//!          32  8  file length  bytes
+//!          40 20  reserved     0
+//!          60  4  crc32c       over bytes 0..60
+//! 4096    records (see `record.rs`), each starting at a multiple of 8, until the first
+//!         position that holds no valid record of this segment id
+//! ```
+//! All integers little-endian. A file is named `seg-NNNNNN.hss` after its slot number; the
+//! segment id in the header changes each time the file is reused, and record checksums are
+//! seeded with it, so records of an earlier use never validate.
+
+use crate::medium::Region;
+use parking_lot::Mutex;
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Bytes reserved for the header; records start here (page aligned for direct I/O).
+pub const SEGMENT_HEADER_LEN: usize = 4096;
+/// Magic at the start of every segment file.
+pub const SEGMENT_MAGIC: [u8; 8] = *b"HOTSEG\0\x01";
+/// Segment format version.
+pub const SEGMENT_VERSION: u32 = 1;
+const USED_HEADER_LEN: usize = 64;
+
+/// File name of slot `slot`.
+pub fn file_name(slot: u32) -> String {
+    format!("seg-{slot:06}.hss")
+}
+
+/// Slot number of a segment file name, if it is one.
+pub fn parse_file_name(name: &str) -> Option<u32> {
+    name.strip_prefix("seg-")?
+        .strip_suffix(".hss")?
+        .parse()
+        .ok()
+}
+
+/// The decoded header of a segment file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentHeader {
+    /// Tier index.
+    pub tier: u16,
+    /// Segment id; 0 means the file is free.
+    pub id: u64,
+    /// Creation time, unix nanoseconds.
+    pub created_unix_ns: u64,
+    /// File length.
+    pub file_len: u64,
+}
+
+impl SegmentHeader {
+    /// Serialises the used part of the header page.
+    pub fn encode(&self) -> [u8; USED_HEADER_LEN] {
+        let mut b = [0u8; USED_HEADER_LEN];
+        b[0..8].copy_from_slice(&SEGMENT_MAGIC);
+        b[8..12].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
+        b[12..14].copy_from_slice(&self.tier.to_le_bytes());
+        b[16..24].copy_from_slice(&self.id.to_le_bytes());
+        b[24..32].copy_from_slice(&self.created_unix_ns.to_le_bytes());
+        b[32..40].copy_from_slice(&self.file_len.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes and checks a header; `Err` says why it is not a valid header.
+    pub fn decode(b: &[u8]) -> Result<Self, &'static str> {
+        if b.len() < USED_HEADER_LEN {
+            return Err("file shorter than a segment header");
+        }
+        if b[0..8] != SEGMENT_MAGIC {
+            return Err("bad segment magic");
+        }
+        if crc32c::crc32c(&b[..60]) != u32::from_le_bytes(b[60..64].try_into().expect("4 bytes")) {
+            return Err("segment header checksum mismatch");
+        }
+        let version = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
+        if version != SEGMENT_VERSION {
+            return Err("unknown segment version");
+        }
+        Ok(SegmentHeader {
+            tier: u16::from_le_bytes([b[12], b[13]]),
+            id: u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")),
+            created_unix_ns: u64::from_le_bytes(b[24..32].try_into().expect("8 bytes")),
+            file_len: u64::from_le_bytes(b[32..40].try_into().expect("8 bytes")),
+        })
+    }
+}
+
+/// One incarnation of a segment file: the file under one segment id, with its live counters.
+pub struct Segment {
+    /// Segment id (also the checksum seed of its records).
+    pub id: u64,
+    /// Tier index.
+    pub tier: usize,
+    /// File slot.
+    pub slot: u32,
+    /// The mapped file.
+    pub region: Arc<dyn Region>,
+    /// End of the published records: every byte below is a complete record.
+    pub end: AtomicUsize,
+    /// Records below this offset are on the persistence domain.
+    synced_upto: Mutex<usize>,
+    /// No more appends; eligible for recycling once dead and unpinned.
+    pub sealed: AtomicBool,
+    /// Live (newest, not removed) records in this segment.
+    pub live_records: AtomicU64,
+    /// Bytes of live records.
+    pub live_bytes: AtomicU64,
+    /// Bytes of dead records (overwritten, removed, tombstones).
+    pub dead_bytes: AtomicU64,
+    /// Number of other segments holding records this segment shadows: while > 0 this segment
+    /// must stay, or those older records would come back on recovery.
+    pub pins: AtomicU64,
+    /// Ids of segments that shadow records in this one (they hold a pin on us).
+    pub pinned_by: Mutex<HashSet<u64>>,
+    /// Set once the file was handed back for reuse.
+    pub recycled: AtomicBool,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Segment(id {} tier {} slot {})",
+            self.id, self.tier, self.slot
+        )
+    }
+}
+
+impl Segment {
+    /// A segment over `region` whose header is already written; `end` is where records stop.
+    pub fn new(
+        id: u64,
+        tier: usize,
+        slot: u32,
+        region: Arc<dyn Region>,
+        end: usize,
+        synced: usize,
+    ) -> Self {
+        Segment {
+            id,
+            tier,
+            slot,
+            region,
+            end: AtomicUsize::new(end),
+            synced_upto: Mutex::new(synced),
+            sealed: AtomicBool::new(false),
+            live_records: AtomicU64::new(0),
+            live_bytes: AtomicU64::new(0),
+            dead_bytes: AtomicU64::new(0),
+            pins: AtomicU64::new(0),
+            pinned_by: Mutex::new(HashSet::new()),
+            recycled: AtomicBool::new(false),
+        }
+    }
+
+    /// The file's path, for messages.
+    pub fn path(&self) -> &PathBuf {
+        self.region.path()
+    }
+
+    /// Capacity for records.
+    pub fn capacity(&self) -> usize {
+        self.region.len()
+    }
+
+    /// Copies `bytes` to `offset`.
+    ///
+    /// # Safety
+    /// The caller must own `[offset, offset + bytes.len())`: unpublished bytes of the segment it
+    /// is appending to (holding the lane), inside the region.
+    pub unsafe fn write_at(&self, offset: usize, bytes: &[u8]) {
+        debug_assert!(offset + bytes.len() <= self.region.len());
+        // Safety: the caller's contract; source and destination cannot overlap (the source is
+        // caller memory or an earlier part of the unpublished range).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.region.as_ptr().add(offset),
+                bytes.len(),
+            )
+        };
+    }
+
+    /// Bytes `[offset, offset + len)`.
+    ///
+    /// # Safety
+    /// The range must be published (below `end`, reached through the index or by recovery)
+    /// and the caller must keep it from being recycled while the slice lives (hold the index
+    /// shard lock that makes the record live).
+    pub unsafe fn bytes(&self, offset: usize, len: usize) -> &[u8] {
+        assert!(
+            offset + len <= self.region.len(),
+            "read past the end of {}",
+            self.path().display()
+        );
+        // Safety: in bounds (asserted); published bytes are not written again until recycling.
+        unsafe { std::slice::from_raw_parts(self.region.as_ptr().add(offset), len) }
+    }
+
+    /// Writes the header for this incarnation and persists it, before any record.
+    pub fn write_header(&self, created_unix_ns: u64) -> crate::Result<()> {
+        let h = SegmentHeader {
+            tier: self.tier as u16,
+            id: self.id,
+            created_unix_ns,
+            file_len: self.region.len() as u64,
+        }
+        .encode();
+        // Safety: nobody else writes this incarnation yet; the header page is ours.
+        unsafe { self.write_at(0, &h) };
+        self.region.persist(0, h.len())
+    }
+
+    /// Marks the file free on its medium (id 0), so recovery never loads its old records.
+    pub fn write_free_header(&self) -> crate::Result<()> {
+        let h = SegmentHeader {
+            tier: self.tier as u16,
+            id: 0,
+            created_unix_ns: 0,
+            file_len: self.region.len() as u64,
+        }
+        .encode();
+        // Safety: the segment is dead and unreferenced (checked by the recycler).
+        unsafe { self.write_at(0, &h) };
+        self.region.persist(0, h.len())
+    }
+
+    /// Persists every published byte not yet persisted; returns the new watermark. Keeps the
+    /// durable part of the segment a prefix: never a later record without the earlier ones.
+    pub fn persist_written(&self) -> crate::Result<usize> {
+        let mut synced = self.synced_upto.lock();
+        let end = self.end.load(Ordering::Acquire);
+        if end > *synced {
+            self.region.persist(*synced, end - *synced)?;
+            *synced = end;
+        }
+        Ok(*synced)
+    }
+
+    /// True if everything published is persisted.
+    pub fn is_synced(&self) -> bool {
+        *self.synced_upto.lock() >= self.end.load(Ordering::Acquire)
+    }
+
+    /// True if the recycler may take this segment.
+    pub fn is_reclaimable(&self) -> bool {
+        self.sealed.load(Ordering::Acquire)
+            && !self.recycled.load(Ordering::Acquire)
+            && self.live_records.load(Ordering::Acquire) == 0
+            && self.pins.load(Ordering::Acquire) == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip_and_damage() {
+        let h = SegmentHeader {
+            tier: 1,
+            id: 99,
+            created_unix_ns: 5,
+            file_len: 1 << 20,
+        };
+        let b = h.encode();
+        assert_eq!(SegmentHeader::decode(&b), Ok(h));
+        for i in 0..64 {
+            let mut d = b;
+            d[i] ^= 0x10;
+            assert!(
+                SegmentHeader::decode(&d).is_err(),
+                "damage at byte {i} accepted"
+            );
+        }
+        assert_eq!(parse_file_name(&file_name(12)), Some(12));
+        assert_eq!(parse_file_name("seg-x.hss"), None);
+    }
+}

@@ -1,0 +1,75 @@
+//! Store statistics.
+
+use crate::medium::Domain;
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// One tier's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct TierStats {
+    /// Directory.
+    pub path: PathBuf,
+    /// Declared persistence domain.
+    pub domain: Domain,
+    /// Whether a `Persisted` write on this tier survives a power cut.
+    pub survives_power_cut: bool,
+    /// Configured capacity (0 = the file system decides).
+    pub capacity_bytes: u64,
+    /// Bytes of segment files held (in use, free and ready).
+    pub file_bytes: u64,
+    /// Segments in use.
+    pub segments: usize,
+    /// Recycled files waiting for reuse.
+    pub segments_free: usize,
+    /// Pre-faulted files ready for writers.
+    pub segments_ready: usize,
+    /// Bytes of live records.
+    pub live_bytes: u64,
+    /// Bytes of dead records not yet reclaimed.
+    pub dead_bytes: u64,
+}
+
+impl TierStats {
+    /// One sentence on what survives what, for people.
+    pub fn power_safety(&self) -> String {
+        match (self.domain, self.survives_power_cut) {
+            (Domain::Volatile, _) => "volatile: survives a crash of the process, NOT a power cut or reboot".into(),
+            (Domain::Pmem, true) => "pmem (MAP_SYNC): Persisted writes survive a power cut".into(),
+            (Domain::Pmem, false) => {
+                "pmem emulated (MAP_SYNC refused: not a DAX mount): survives a process crash, NOT a power cut".into()
+            }
+            (Domain::Block, _) => "block: Persisted writes survive a power cut; Memory writes only a process crash".into(),
+        }
+    }
+}
+
+/// Store-wide figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stats {
+    /// Live keys.
+    pub entries: u64,
+    /// Bytes of live records (headers and keys included).
+    pub live_bytes: u64,
+    /// Bytes of dead records not yet reclaimed.
+    pub dead_bytes: u64,
+    /// Segments in use.
+    pub segments: usize,
+    /// Sum of configured capacities (0 = the file systems decide).
+    pub capacity_bytes: u64,
+    /// Bytes of segment files held.
+    pub file_bytes: u64,
+    /// Puts since open.
+    pub puts: u64,
+    /// Gets since open.
+    pub gets: u64,
+    /// Removals since open.
+    pub removes: u64,
+    /// Writes refused with StoreFull since open.
+    pub full_errors: u64,
+    /// Key layout.
+    pub layout: String,
+    /// Why the store is read-only, if it is.
+    pub poisoned: Option<String>,
+    /// Per tier.
+    pub tiers: Vec<TierStats>,
+}

@@ -1,0 +1,173 @@
+//! A tier: one medium with a capacity, handing out segment files.
+//!
+//! Files come, in order of preference, from the *free* pool (recycled files, already allocated
+//! and mapped: reuse costs nothing), the *ready* pool (created and pre-faulted ahead of time by
+//! the maintenance thread), or are created on the spot. A tier never exceeds its capacity; a
+//! full tier (or a full device: ENOSPC from fallocate) answers `None`, never overwrites.
+
+use crate::error::{Error, Result};
+use crate::medium::{Domain, Medium, Region};
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+/// Ready (pre-faulted) files kept in stock per tier.
+pub const READY_TARGET: usize = 2;
+
+/// A segment file handed out by a tier.
+pub type SlotRegion = (u32, Arc<dyn Region>);
+
+struct TierState {
+    used_bytes: u64,
+    next_slot: u32,
+    free: Vec<SlotRegion>,
+    ready: Vec<SlotRegion>,
+    /// The device said ENOSPC: do not pre-create until space is given back.
+    device_full: bool,
+}
+
+/// One tier of the store.
+pub struct Tier {
+    /// Position in the tier list.
+    pub index: usize,
+    /// Where its files live.
+    pub medium: Arc<dyn Medium>,
+    /// Bytes of files it may hold; 0 = unbounded (the device decides).
+    pub capacity_bytes: u64,
+    /// Standard segment file size.
+    pub segment_size: usize,
+    state: Mutex<TierState>,
+}
+
+fn is_enospc(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC))
+}
+
+impl Tier {
+    /// A tier over `medium`.
+    pub fn new(
+        index: usize,
+        medium: Arc<dyn Medium>,
+        capacity_bytes: u64,
+        segment_size: usize,
+    ) -> Self {
+        Tier {
+            index,
+            medium,
+            capacity_bytes,
+            segment_size,
+            state: Mutex::new(TierState {
+                used_bytes: 0,
+                next_slot: 0,
+                free: Vec::new(),
+                ready: Vec::new(),
+                device_full: false,
+            }),
+        }
+    }
+
+    /// The declared domain.
+    pub fn domain(&self) -> Domain {
+        self.medium.domain()
+    }
+
+    /// Registers a file found at recovery (in use or free).
+    pub fn adopt(&self, slot: u32, len: u64, free: Option<Arc<dyn Region>>) {
+        let mut s = self.state.lock();
+        s.used_bytes += len;
+        s.next_slot = s.next_slot.max(slot + 1);
+        if let Some(r) = free {
+            s.free.push((slot, r));
+        }
+    }
+
+    /// Bytes of files held (in use, free or ready).
+    pub fn used_bytes(&self) -> u64 {
+        self.state.lock().used_bytes
+    }
+
+    /// Files held in the free and ready pools.
+    pub fn pooled(&self) -> (usize, usize) {
+        let s = self.state.lock();
+        (s.free.len(), s.ready.len())
+    }
+
+    fn fits(&self, s: &TierState, len: usize) -> bool {
+        self.capacity_bytes == 0 || s.used_bytes + len as u64 <= self.capacity_bytes
+    }
+
+    /// A file of `len` bytes, or `None` if the tier is full.
+    pub fn take(&self, len: usize) -> Result<Option<SlotRegion>> {
+        let slot = {
+            let mut s = self.state.lock();
+            if len == self.segment_size {
+                if let Some(r) = s.free.pop().or_else(|| s.ready.pop()) {
+                    return Ok(Some(r));
+                }
+            }
+            if !self.fits(&s, len) {
+                return Ok(None);
+            }
+            s.used_bytes += len as u64;
+            s.next_slot += 1;
+            s.next_slot - 1
+        };
+        self.create(slot, len)
+    }
+
+    fn create(&self, slot: u32, len: usize) -> Result<Option<SlotRegion>> {
+        match self
+            .medium
+            .create_region(&crate::segment::file_name(slot), len)
+        {
+            Ok(r) => Ok(Some((slot, r))),
+            Err(e) => {
+                let mut s = self.state.lock();
+                s.used_bytes -= len as u64;
+                if is_enospc(&e) {
+                    s.device_full = true;
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// Creates one ready file if the stock is low and there is room; true if it did.
+    pub fn prepare_one(&self) -> Result<bool> {
+        let slot = {
+            let mut s = self.state.lock();
+            if s.device_full
+                || s.free.len() + s.ready.len() >= READY_TARGET
+                || !self.fits(&s, self.segment_size)
+            {
+                return Ok(false);
+            }
+            s.used_bytes += self.segment_size as u64;
+            s.next_slot += 1;
+            s.next_slot - 1
+        };
+        match self.create(slot, self.segment_size)? {
+            Some(r) => {
+                self.state.lock().ready.push(r);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Takes back a recycled file: standard-size files are pooled, others deleted.
+    pub fn give_back(&self, slot: u32, region: Arc<dyn Region>) -> Result<()> {
+        let len = region.len();
+        if len == self.segment_size {
+            self.state.lock().free.push((slot, region));
+            return Ok(());
+        }
+        drop(region);
+        self.medium.remove(&crate::segment::file_name(slot))?;
+        let mut s = self.state.lock();
+        s.used_bytes -= len as u64;
+        s.device_full = false;
+        Ok(())
+    }
+}
