@@ -1,0 +1,69 @@
+//! Measures the DRAM the index takes per entry (16-byte DAQ keys, sequential and random
+//! insertion) with a counting allocator, and fails if it exceeds the documented bound.
+
+use hotstore::index::{Index, IndexKey, Loc};
+use hotstore::medium::{FaultMedium, Medium};
+use hotstore::segment::Segment;
+use hotstore::FragmentKey;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+struct Counting;
+static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+
+// Safety: forwards to the system allocator, only counting sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
+        // Safety: same layout contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        ALLOCATED.fetch_sub(layout.size(), Ordering::Relaxed);
+        // Safety: same pointer and layout the caller got from `alloc`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Documented bound (docs/design.md §8): bytes of DRAM per index entry for 16-byte keys.
+const MAX_BYTES_PER_ENTRY: f64 = 110.0;
+
+fn bytes_per_entry(order: impl Iterator<Item = u64>, n: usize) -> f64 {
+    let medium = FaultMedium::new("index-memory");
+    let region = medium.create_region("seg", 1 << 16).unwrap();
+    let seg = Arc::new(Segment::new(1, 0, 0, region, 4096, 4096));
+    let index = Index::new(16, 12);
+    let before = ALLOCATED.load(Ordering::Relaxed);
+    for e in order {
+        let key = FragmentKey::new(1, e, 0, 0).to_bytes();
+        index.shard(&key).write().insert(
+            IndexKey::new(&key),
+            Loc {
+                seg: seg.clone(),
+                offset: 4096,
+                value_len: 100,
+                lsn: e,
+            },
+        );
+    }
+    let after = ALLOCATED.load(Ordering::Relaxed);
+    assert_eq!(index.len(), n);
+    (after - before) as f64 / n as f64
+}
+
+#[test]
+fn index_dram_per_entry_is_bounded() {
+    let n = 200_000usize;
+    let seq = bytes_per_entry(0..n as u64, n);
+    // A fixed permutation: multiply by an odd constant modulo a power of two.
+    let m = n.next_power_of_two() as u64;
+    let random = bytes_per_entry((0..m).map(|i| (i.wrapping_mul(0x9E37_79B9) % m)).filter(|&e| e < n as u64), n);
+    println!("index DRAM per entry (16-byte keys): sequential {seq:.1} B, random {random:.1} B");
+    assert!(seq <= MAX_BYTES_PER_ENTRY, "sequential: {seq:.1} B/entry");
+    assert!(random <= MAX_BYTES_PER_ENTRY, "random: {random:.1} B/entry");
+    assert!(seq >= 48.0, "below the size of key + location: the measurement is wrong ({seq:.1})");
+}
