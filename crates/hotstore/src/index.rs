@@ -167,20 +167,28 @@ impl Index {
             Some(t) => Bound::Excluded(t),
             None => Bound::Unbounded,
         };
+        // Fix (found by tests/model.rs): `BTreeMap::range` panics when `from > to`; an empty
+        // range is the answer, not a panic.
+        if to.is_some_and(|t| t < from) {
+            return Vec::new();
+        }
         let mut merged: Vec<(Box<[u8]>, T)> = Vec::new();
         for shard in self.shards.iter() {
             let map = shard.read();
             let mut taken = 0;
+            // Fix (found by tests/model.rs): the cut-off must be the largest key merged from the
+            // *earlier* shards, and only once they already fill `limit`. Comparing with the key
+            // last pushed from this shard stopped early and let larger keys of earlier shards
+            // stand in for smaller keys of this one.
+            let cutoff: Option<Box<[u8]>> = (merged.len() >= limit)
+                .then(|| merged.last().map(|(k, _)| k.clone()))
+                .flatten();
             for (k, loc) in map.range::<[u8], _>((Bound::Included(from), upper)) {
                 if taken == limit {
                     break;
                 }
                 // Skip what cannot make the cut: the merged list is kept at most `limit` long.
-                if merged.len() == limit
-                    && merged
-                        .last()
-                        .is_some_and(|(last, _)| **last < *k.as_bytes())
-                {
+                if cutoff.as_deref().is_some_and(|c| c < k.as_bytes()) {
                     break;
                 }
                 merged.push((k.as_bytes().into(), f(k, loc)));

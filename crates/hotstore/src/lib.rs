@@ -17,6 +17,7 @@
 //! See `docs/design.md` for the on-disk formats and the durability protocol.
 #![deny(missing_docs)]
 
+pub mod checksum;
 mod commit;
 mod error;
 pub mod index;

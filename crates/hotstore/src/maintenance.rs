@@ -9,7 +9,7 @@
 
 use crate::segment::Segment;
 use crate::store::Inner;
-use crate::summary::{self, Entry};
+use crate::summary;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 /// Work for the maintenance thread.
 pub(crate) enum Job {
-    Seal(Arc<Segment>, Vec<Entry>),
+    Seal(Arc<Segment>),
     Reclaim(u64),
     Stop,
 }
@@ -27,41 +27,60 @@ pub(crate) fn run(inner: Arc<Inner>, rx: Receiver<Job>) {
         let job = match rx.recv_timeout(Duration::from_millis(20)) {
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) => {
-                prepare(&inner);
+                while prepare(&inner) {
+                    if let Ok(job) = rx.try_recv() {
+                        if handle(&inner, job) {
+                            return drain(&inner, &rx);
+                        }
+                    }
+                }
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => return,
         };
-        match job {
-            Job::Seal(seg, entries) => seal(&inner, &seg, &entries),
-            Job::Reclaim(id) => reclaim(&inner, id),
-            Job::Stop => {
-                // Finish what is queued (seals from close) before leaving.
-                while let Ok(job) = rx.try_recv() {
-                    match job {
-                        Job::Seal(seg, entries) => seal(&inner, &seg, &entries),
-                        Job::Reclaim(id) => reclaim(&inner, id),
-                        Job::Stop => {}
-                    }
+        if handle(&inner, job) {
+            return drain(&inner, &rx);
+        }
+        while prepare(&inner) {
+            if let Ok(job) = rx.try_recv() {
+                if handle(&inner, job) {
+                    return drain(&inner, &rx);
                 }
-                return;
             }
         }
-        prepare(&inner);
     }
 }
 
-fn prepare(inner: &Inner) {
+/// Does one job; true for Stop.
+fn handle(inner: &Inner, job: Job) -> bool {
+    match job {
+        Job::Seal(seg) => seal(inner, &seg),
+        Job::Reclaim(id) => reclaim(inner, id),
+        Job::Stop => return true,
+    }
+    false
+}
+
+/// Finishes what is queued (seals from close) before the thread leaves.
+fn drain(inner: &Inner, rx: &Receiver<Job>) {
+    while let Ok(job) = rx.try_recv() {
+        handle(inner, job);
+    }
+}
+
+/// Prepares one ready file if the first tier's stock is low; true if it made one.
+fn prepare(inner: &Inner) -> bool {
     if inner.is_poisoned.load(Ordering::Acquire) {
-        return;
+        return false;
     }
-    if let Some(tier) = inner.tiers.first() {
-        // A failure here is retried later and surfaces to the writer that needs the file.
-        let _ = tier.prepare_one();
-    }
+    // A failure here is retried later and surfaces to the writer that needs the file.
+    inner
+        .tiers
+        .first()
+        .is_some_and(|t| t.prepare_one().unwrap_or(false))
 }
 
-fn seal(inner: &Inner, seg: &Arc<Segment>, entries: &[Entry]) {
+fn seal(inner: &Inner, seg: &Arc<Segment>) {
     if seg.recycled.load(Ordering::Acquire) {
         return;
     }
@@ -69,7 +88,11 @@ fn seal(inner: &Inner, seg: &Arc<Segment>, entries: &[Entry]) {
         Ok(end) => end,
         Err(e) => return inner.poison(&e),
     };
-    let bytes = summary::encode(seg.id, end as u64, entries);
+    // Safety: published records below `end` never change while the segment is not recycled,
+    // and only this thread recycles.
+    let records = unsafe { seg.bytes(0, end) };
+    let entries = crate::recovery::walk(records, end);
+    let bytes = summary::encode(seg.id, end as u64, &entries);
     // A missing summary only costs a scan at the next open.
     let _ = inner.tiers[seg.tier]
         .medium

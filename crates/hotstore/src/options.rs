@@ -135,6 +135,11 @@ pub struct StoreOptions {
     pub create_if_missing: bool,
     /// Media to use instead of the tier directories (tests: fault injection). One per tier.
     pub media: Option<Vec<Arc<dyn Medium>>>,
+    /// At open, create and pre-fault segment files for this many bytes (rounded up to whole
+    /// segments, bounded by the first tier's capacity) so that writes never pay for page
+    /// allocation: the store is a preallocated buffer from the start, as a DAQ buffer should
+    /// be. Default 0 (files are prepared in the background as writers need them).
+    pub preallocate_bytes: u64,
 }
 
 impl std::fmt::Debug for StoreOptions {
@@ -167,6 +172,7 @@ impl StoreOptions {
             verify_on_read: true,
             create_if_missing: true,
             media: None,
+            preallocate_bytes: 0,
         }
     }
 
@@ -208,6 +214,11 @@ impl StoreOptions {
     /// Uses these media instead of directories (one per tier).
     pub fn media(mut self, media: Vec<Arc<dyn Medium>>) -> Self {
         self.media = Some(media);
+        self
+    }
+    /// Preallocates and pre-faults this many bytes of segments at open.
+    pub fn preallocate_bytes(mut self, bytes: u64) -> Self {
+        self.preallocate_bytes = bytes;
         self
     }
     /// Opens (or creates) the store.

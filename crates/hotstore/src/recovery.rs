@@ -120,12 +120,101 @@ pub fn scan(
     Ok(out)
 }
 
+/// Entries of the records in `[SEGMENT_HEADER_LEN, end)`, read from their headers only (no
+/// checksum): for segments whose records are known valid (written by this process, or scanned).
+pub fn walk(bytes: &[u8], end: usize) -> Vec<Entry> {
+    let mut out = Vec::new();
+    let mut off = SEGMENT_HEADER_LEN;
+    while off < end {
+        let Ok(h) = record::parse_header(&bytes[off..end]) else {
+            debug_assert!(false, "walk over an invalid record at {off}");
+            break;
+        };
+        out.push(Entry {
+            kind: h.kind,
+            key: bytes[off + HEADER_LEN..off + HEADER_LEN + h.key_len].into(),
+            value_len: h.value_len as u32,
+            offset: off as u32,
+            lsn: h.lsn,
+        });
+        off += h.record_len();
+    }
+    out
+}
+
+/// Pools a free file found at recovery. Fix (found by tests/damage.rs): a file that is not
+/// one segment long (a crash while it was created, or an oversized segment freed just before a
+/// crash) holds nothing and was pooled as if it were a segment, so a writer later appended
+/// past its end; it is deleted instead.
+fn adopt_free(
+    tier: &Tier,
+    slot: u32,
+    name: &str,
+    region: Arc<dyn crate::medium::Region>,
+) -> Result<()> {
+    let len = region.len();
+    if len == tier.segment_size {
+        tier.adopt(slot, len as u64, Some(region));
+        return Ok(());
+    }
+    drop(region);
+    tier.medium.remove(name)
+}
+
+/// A segment header that does not decode. All zero: never written, a free file (`None`).
+/// Anything else is damage to a file that may hold acknowledged records: `Strict` refuses;
+/// `Salvage` looks for the segment id under which the file's records validate (the one in the
+/// damaged header, or the one in the slot's summary) and recovers the segment with it, or
+/// answers `None` if no record validates under either.
+/// Fix (found by tests/damage.rs): such a file used to be taken as free in both modes, so one
+/// flipped bit in a header silently dropped a whole segment of acknowledged records.
+fn damaged_header(
+    tier: &Tier,
+    slot: u32,
+    bytes: &[u8],
+    mode: RecoveryMode,
+    path: &std::path::Path,
+    why: &str,
+) -> Result<Option<SegmentHeader>> {
+    let used = &bytes[..bytes.len().min(64)];
+    if used.iter().all(|&b| b == 0) {
+        return Ok(None);
+    }
+    if mode == RecoveryMode::Strict {
+        return Err(Error::Corruption {
+            file: path.to_path_buf(),
+            offset: 0,
+            reason: format!("segment header damaged ({why})"),
+        });
+    }
+    let id_at = |b: &[u8]| {
+        b.get(16..24)
+            .map(|id| u64::from_le_bytes(id.try_into().expect("8 bytes")))
+    };
+    let mut candidates: Vec<u64> = id_at(bytes).into_iter().collect();
+    if let Some(sum) = tier.medium.read_file(&summary::file_name(slot))? {
+        candidates.extend(id_at(&sum));
+    }
+    for id in candidates.into_iter().filter(|&id| id != 0) {
+        if scan(id, bytes, true).is_ok_and(|s| !s.entries.is_empty()) {
+            return Ok(Some(SegmentHeader {
+                tier: tier.index as u16,
+                id,
+                created_unix_ns: 0,
+                file_len: bytes.len() as u64,
+                retired_id: 0,
+            }));
+        }
+    }
+    Ok(None)
+}
+
 /// Everything recovery hands to the store.
 pub struct Recovered {
     /// Segments in use (all sealed).
     pub segments: Vec<Arc<Segment>>,
     /// Segments that were scanned and need a summary written.
-    pub need_summary: Vec<(Arc<Segment>, Vec<Entry>)>,
+    pub need_summary: Vec<Arc<Segment>>,
     /// Highest segment id seen.
     pub max_segment_id: u64,
     /// Highest lsn seen.
@@ -217,20 +306,48 @@ pub fn recover(tiers: &[Tier], index: &Index, mode: RecoveryMode) -> Result<Reco
             let len = region.len();
             // Safety: nothing else uses the file during recovery; the slice lives only in this loop.
             let bytes = unsafe { std::slice::from_raw_parts(region.as_ptr() as *const u8, len) };
+            let mut repair_header = false;
             let header = match SegmentHeader::decode(bytes) {
                 Ok(h) if h.id != 0 && h.file_len == len as u64 => h,
-                Ok(_) => {
+                Ok(h) if h.id != 0 => {
+                    // Fix (found by tests/damage.rs): a file cut or grown behind our back
+                    // holds records that may be gone; never drop them silently, never reuse
+                    // the file (its length is not a segment's).
+                    let why = format!("header says {} bytes, the file has {len}", h.file_len);
+                    if mode == RecoveryMode::Strict {
+                        return Err(Error::Corruption {
+                            file: path,
+                            offset: 0,
+                            reason: why,
+                        });
+                    }
+                    report.bad_headers.push((path, why));
+                    tier.adopt(slot, len as u64, None);
+                    continue;
+                }
+                Ok(h) => {
+                    // Fix (found by tests/crash_points.rs): ids of freed incarnations count
+                    // too, so a new segment never gets an id whose old records are still in
+                    // some file (they would validate again).
+                    max_segment_id = max_segment_id.max(h.id).max(h.retired_id);
                     report.segments_free += 1;
-                    tier.adopt(slot, len as u64, Some(region));
+                    adopt_free(tier, slot, name, region)?;
                     continue;
                 }
-                Err(why) => {
-                    // A header is persisted before any record in the file, so a file without a
-                    // valid header holds nothing that was acknowledged.
-                    report.bad_headers.push((path, why.to_string()));
-                    tier.adopt(slot, len as u64, Some(region));
-                    continue;
-                }
+                Err(why) => match damaged_header(tier, slot, bytes, mode, &path, why)? {
+                    Some(h) => {
+                        report.bad_headers.push((path.clone(), why.to_string()));
+                        repair_header = true;
+                        h
+                    }
+                    None => {
+                        // Never written (a header is persisted before any record in the
+                        // file), or damaged and holding no record we can find.
+                        report.bad_headers.push((path, why.to_string()));
+                        adopt_free(tier, slot, name, region)?;
+                        continue;
+                    }
+                },
             };
             max_segment_id = max_segment_id.max(header.id);
             let from_summary = tier
@@ -238,10 +355,10 @@ pub fn recover(tiers: &[Tier], index: &Index, mode: RecoveryMode) -> Result<Reco
                 .read_file(&summary::file_name(slot))?
                 .and_then(|b| summary::decode(header.id, &b))
                 .filter(|(end, _)| *end as usize <= len);
-            let (end, entries, scanned) = match from_summary {
+            let (end, entries, scanned, salvaged) = match from_summary {
                 Some((end, entries)) => {
                     report.segments_from_summary += 1;
-                    (end as usize, entries, false)
+                    (end as usize, entries, false, false)
                 }
                 None => {
                     report.segments_scanned += 1;
@@ -260,30 +377,49 @@ pub fn recover(tiers: &[Tier], index: &Index, mode: RecoveryMode) -> Result<Reco
                             .skipped
                             .push((path.clone(), r.start as u64..r.end as u64));
                     }
-                    (s.end, s.entries, true)
+                    let salvaged = !s.damaged.is_empty();
+                    (s.end, s.entries, true, salvaged)
                 }
             };
             tier.adopt(slot, len as u64, None);
-            let seg = Arc::new(Segment::new(header.id, tier.index, slot, region, end, end));
+            // Fix (found by tests/crash_points.rs, kill -9 then power cut): a scanned tail
+            // was read from the page cache and may never have reached the device. Count it
+            // as not persisted, so its seal persists it before writing a summary that vouches
+            // for it, and a reclaim persists it before freeing what it shadows.
+            let synced = if scanned { SEGMENT_HEADER_LEN } else { end };
+            let seg = Arc::new(Segment::new(
+                header.id, tier.index, slot, region, end, synced,
+            ));
             seg.sealed.store(true, Ordering::Release);
+            if repair_header {
+                // Salvage found the records under this id: give the file a valid header
+                // again, so the next open does not stop at it.
+                seg.write_header(0)?;
+            }
             report.records += entries.len() as u64;
             report.record_bytes += (end - SEGMENT_HEADER_LEN) as u64;
             for e in &entries {
                 max_lsn = max_lsn.max(e.lsn);
             }
-            if scanned {
-                need_summary.push((seg.clone(), entries));
-            } else {
-                for e in &entries {
-                    apply(index, &seg, e);
-                }
+            for e in &entries {
+                apply(index, &seg, e);
+            }
+            if salvaged {
+                // Fix (found by tests/crash_points.rs, torn power cut): the seal job lists a
+                // segment's records by walking their headers, which would list the damaged
+                // ranges Salvage skipped (a torn record can have an intact header), and the
+                // next open would trust that summary. Write the summary of the checked scan
+                // here instead, once the records it vouches for are persisted.
+                seg.persist_written()?;
+                // A missing summary only costs a scan at the next open.
+                let _ = tier.medium.write_file(
+                    &summary::file_name(slot),
+                    &summary::encode(header.id, end as u64, &entries),
+                );
+            } else if scanned {
+                need_summary.push(seg.clone());
             }
             segments.push(seg);
-        }
-    }
-    for (seg, entries) in &need_summary {
-        for e in entries {
-            apply(index, seg, e);
         }
     }
     // Tombstones were only needed to resolve order; drop them.

@@ -10,7 +10,9 @@
 //!          16  8  segment id   > 0 while in use; 0 = free (recycled, reusable)
 //!          24  8  created      unix time, nanoseconds
 //!          32  8  file length  bytes
-//!          40 20  reserved     0
+//!          40  8  retired id   free files: the id of the incarnation they retired (recovery
+//!                              starts new ids above it, so an id is never used twice); else 0
+//!          48 12  reserved     0
 //!          60  4  crc32c       over bytes 0..60
 //! 4096    records (see `record.rs`), each starting at a multiple of 8, until the first
 //!         position that holds no valid record of this segment id
@@ -58,6 +60,11 @@ pub struct SegmentHeader {
     pub created_unix_ns: u64,
     /// File length.
     pub file_len: u64,
+    /// For a free file (`id == 0`): the id of the incarnation it retired, else 0. Fix (found
+    /// by tests/crash_points.rs): without it, a reopen after every file was freed restarted
+    /// ids at 1, a reused file could get the id it had before, its old records validated
+    /// again, and a crash then made recovery refuse the store or revive removed records.
+    pub retired_id: u64,
 }
 
 impl SegmentHeader {
@@ -70,6 +77,7 @@ impl SegmentHeader {
         b[16..24].copy_from_slice(&self.id.to_le_bytes());
         b[24..32].copy_from_slice(&self.created_unix_ns.to_le_bytes());
         b[32..40].copy_from_slice(&self.file_len.to_le_bytes());
+        b[40..48].copy_from_slice(&self.retired_id.to_le_bytes());
         let crc = crc32c::crc32c(&b[..60]);
         b[60..64].copy_from_slice(&crc.to_le_bytes());
         b
@@ -95,6 +103,7 @@ impl SegmentHeader {
             id: u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")),
             created_unix_ns: u64::from_le_bytes(b[24..32].try_into().expect("8 bytes")),
             file_len: u64::from_le_bytes(b[32..40].try_into().expect("8 bytes")),
+            retired_id: u64::from_le_bytes(b[40..48].try_into().expect("8 bytes")),
         })
     }
 }
@@ -218,6 +227,7 @@ impl Segment {
             id: self.id,
             created_unix_ns,
             file_len: self.region.len() as u64,
+            retired_id: 0,
         }
         .encode();
         // Safety: nobody else writes this incarnation yet; the header page is ours.
@@ -232,6 +242,7 @@ impl Segment {
             id: 0,
             created_unix_ns: 0,
             file_len: self.region.len() as u64,
+            retired_id: self.id,
         }
         .encode();
         // Safety: the segment is dead and unreferenced (checked by the recycler).
@@ -276,6 +287,7 @@ mod tests {
             id: 99,
             created_unix_ns: 5,
             file_len: 1 << 20,
+            retired_id: 7,
         };
         let b = h.encode();
         assert_eq!(SegmentHeader::decode(&b), Ok(h));

@@ -18,7 +18,6 @@ use crate::record::{self, Kind, HEADER_LEN, MAX_VALUE_LEN};
 use crate::recovery::{self, RecoveryReport};
 use crate::segment::{Segment, SEGMENT_HEADER_LEN};
 use crate::stats::{Stats, TierStats};
-use crate::summary::Entry;
 use crate::tier::{SlotRegion, Tier};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::any::Any;
@@ -30,11 +29,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// One writer lane: an active segment and the summary entries of its records.
+/// One writer lane: its active segment.
 #[derive(Default)]
 pub(crate) struct Lane {
     pub(crate) seg: Option<Arc<Segment>>,
-    pub(crate) entries: Vec<Entry>,
 }
 
 /// Keeps each lane on its own cache lines.
@@ -222,6 +220,10 @@ impl Store {
         }
         let index = Index::new(layout.key_len(), layout.event_prefix_len());
         let recovered = recovery::recover(&tiers, &index, options.recovery)?;
+        // After recovery, which would otherwise adopt the new files a second time.
+        if options.preallocate_bytes > 0 {
+            tiers[0].preallocate(options.preallocate_bytes)?;
+        }
         let (tx, rx) = std::sync::mpsc::channel();
         let inner = Arc::new(Inner {
             dir: options.dir.clone(),
@@ -249,8 +251,8 @@ impl Store {
             counters: Counters::default(),
             _lock: lock,
         });
-        for (seg, entries) in recovered.need_summary {
-            inner.send(Job::Seal(seg, entries));
+        for seg in recovered.need_summary {
+            inner.send(Job::Seal(seg));
         }
         for seg in &recovered.segments {
             inner.maybe_reclaim(seg);
@@ -295,7 +297,7 @@ impl Store {
         let body_crc = record::body_checksum(key, value);
         let rec_len = record::record_len(key.len(), value.len());
         let mut lane = self.inner.lane();
-        let (seg, off) = self.inner.room(&mut lane, rec_len, opts.full_wait)?;
+        let (seg, off) = self.inner.room(&mut lane, rec_len, opts.full_wait, false)?;
         // Safety: [off, off + rec_len) is past `end` of the lane's active segment, which only
         // this lane (locked) writes.
         unsafe {
@@ -360,16 +362,20 @@ impl Store {
         check_key(key)?;
         self.inner.check_poisoned()?;
         if !self.contains(key) {
+            self.inner.durable_absence(opts.durability)?;
             return Ok(false);
         }
         let rec_len = record::record_len(key.len(), 0);
         let body_crc = record::body_checksum(key, &[]);
         let mut lane = self.inner.lane();
-        let (seg, off) = self.inner.room(&mut lane, rec_len, opts.full_wait)?;
+        let (seg, off) = self.inner.room(&mut lane, rec_len, opts.full_wait, true)?;
         // Safety: unpublished space of the lane's own segment.
         unsafe { seg.write_at(off + HEADER_LEN, key) };
         let mut shard = self.inner.index.shard(key).write();
         if !shard.contains_key(key) {
+            drop(shard);
+            drop(lane);
+            self.inner.durable_absence(opts.durability)?;
             return Ok(false);
         }
         self.inner.publish(
@@ -408,7 +414,7 @@ impl Store {
         self.inner.check_poisoned()?;
         let rec_len = record::record_len(key.len(), len);
         let mut lane = self.inner.lane();
-        let (seg, off) = self.inner.room(&mut lane, rec_len, full_wait)?;
+        let (seg, off) = self.inner.room(&mut lane, rec_len, full_wait, false)?;
         // Safety: unpublished space of the lane's own segment.
         unsafe { seg.write_at(off + HEADER_LEN, key) };
         Ok(Reservation {
@@ -491,9 +497,8 @@ impl Store {
         for lane in self.inner.lanes.iter() {
             let mut lane = lane.0.lock();
             if let Some(seg) = lane.seg.take() {
-                let entries = std::mem::take(&mut lane.entries);
                 seg.sealed.store(true, Ordering::Release);
-                self.inner.send(Job::Seal(seg, entries));
+                self.inner.send(Job::Seal(seg));
             }
         }
         self.inner.send(Job::Stop);
@@ -612,6 +617,7 @@ impl Inner {
         lane: &mut Lane,
         rec_len: usize,
         full_wait: Option<Duration>,
+        for_removal: bool,
     ) -> Result<(Arc<Segment>, usize)> {
         if let Some(seg) = &lane.seg {
             let end = seg.end.load(Ordering::Relaxed);
@@ -626,7 +632,12 @@ impl Inner {
         } else {
             needed.next_multiple_of(4096)
         };
-        let (tier, (slot, region)) = self.take_region(len, full_wait)?;
+        let reserve = if for_removal {
+            0
+        } else {
+            self.removal_reserve()
+        };
+        let (tier, (slot, region)) = self.take_region(len, full_wait, reserve)?;
         let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
         let seg = Arc::new(Segment::new(
             id,
@@ -643,17 +654,27 @@ impl Inner {
         self.segments.lock().insert(id, seg.clone());
         if let Some(old) = lane.seg.replace(seg.clone()) {
             old.sealed.store(true, Ordering::Release);
-            self.send(Job::Seal(old, std::mem::take(&mut lane.entries)));
+            self.send(Job::Seal(old));
         }
         Ok((seg, SEGMENT_HEADER_LEN))
     }
 
-    fn take_region(&self, len: usize, full_wait: Option<Duration>) -> Result<(usize, SlotRegion)> {
+    /// Standard segments kept free for tombstones: removals must work on a full store.
+    fn removal_reserve(&self) -> usize {
+        self.lanes.len().min(2)
+    }
+
+    fn take_region(
+        &self,
+        len: usize,
+        full_wait: Option<Duration>,
+        reserve: usize,
+    ) -> Result<(usize, SlotRegion)> {
         let deadline = full_wait.map(|w| Instant::now() + w);
         loop {
             let generation = *self.space.0.lock();
             for tier in &self.tiers {
-                if let Some(r) = tier.take(len)? {
+                if let Some(r) = tier.take(len, reserve)? {
                     return Ok((tier.index, r));
                 }
             }
@@ -685,7 +706,7 @@ impl Inner {
     )]
     fn publish(
         &self,
-        lane: &mut Lane,
+        _lane: &mut Lane, // proof that the caller holds the lane owning `seg`
         seg: &Arc<Segment>,
         off: usize,
         kind: Kind,
@@ -701,13 +722,6 @@ impl Inner {
         // Safety: the header slot of our unpublished record.
         unsafe { seg.write_at(off, &header) };
         seg.end.store(off + rec_len, Ordering::Release);
-        lane.entries.push(Entry {
-            kind,
-            key: key.into(),
-            value_len: value_len as u32,
-            offset: off as u32,
-            lsn,
-        });
         let len = rec_len as u64;
         let old = match kind {
             Kind::Put => {
@@ -738,6 +752,18 @@ impl Inner {
                 self.maybe_reclaim(&old.seg);
             }
         }
+    }
+
+    /// A removal found nothing to remove: with `Persisted`, the absence it reports must
+    /// survive a power cut too, but the record that made the key absent (a `Memory` tombstone,
+    /// possibly another lane's) may not be durable yet, so persist everything published.
+    /// Fix (found by tests/crash_points.rs): `remove` used to answer `Ok(false)` at once, and
+    /// a power cut then revived a key whose Persisted removal had been acknowledged.
+    fn durable_absence(&self, durability: Durability) -> Result<()> {
+        if durability == Durability::Memory {
+            return Ok(());
+        }
+        self.persist_all()
     }
 
     /// Makes the published record durable as asked; consumes the lane guard.

@@ -95,10 +95,20 @@ impl Tier {
         self.capacity_bytes == 0 || s.used_bytes + len as u64 <= self.capacity_bytes
     }
 
-    /// A file of `len` bytes, or `None` if the tier is full.
-    pub fn take(&self, len: usize) -> Result<Option<SlotRegion>> {
+    /// A file of `len` bytes, or `None` if the tier is full. Unless the file is for removals,
+    /// `reserve` standard files' worth of space must remain afterwards, so that a full store
+    /// can still take the tombstones that free it.
+    pub fn take(&self, len: usize, reserve: usize) -> Result<Option<SlotRegion>> {
         let slot = {
             let mut s = self.state.lock();
+            if reserve > 0 && self.capacity_bytes > 0 {
+                let pooled = (s.free.len() + s.ready.len()) as u64 * self.segment_size as u64;
+                let unallocated = self.capacity_bytes.saturating_sub(s.used_bytes);
+                let needed = len as u64 + reserve as u64 * self.segment_size as u64;
+                if pooled + unallocated < needed {
+                    return Ok(None);
+                }
+            }
             if len == self.segment_size {
                 if let Some(r) = s.free.pop().or_else(|| s.ready.pop()) {
                     return Ok(Some(r));
@@ -153,6 +163,32 @@ impl Tier {
                 Ok(true)
             }
             None => Ok(false),
+        }
+    }
+
+    /// Creates ready files until `bytes` of free and ready files exist (or the tier is full);
+    /// returns how many it created.
+    pub fn preallocate(&self, bytes: u64) -> Result<usize> {
+        let want = bytes.div_ceil(self.segment_size as u64) as usize;
+        let mut created = 0;
+        loop {
+            let slot = {
+                let mut s = self.state.lock();
+                if s.free.len() + s.ready.len() >= want
+                    || s.device_full
+                    || !self.fits(&s, self.segment_size)
+                {
+                    return Ok(created);
+                }
+                s.used_bytes += self.segment_size as u64;
+                s.next_slot += 1;
+                s.next_slot - 1
+            };
+            match self.create(slot, self.segment_size)? {
+                Some(r) => self.state.lock().ready.push(r),
+                None => return Ok(created),
+            }
+            created += 1;
         }
     }
 

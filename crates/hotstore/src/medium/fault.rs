@@ -47,14 +47,27 @@ unsafe impl Sync for MemRegion {}
 
 impl MemRegion {
     fn new(path: PathBuf, contents: Vec<u8>, faults: Arc<FaultConfig>) -> Self {
-        let len = contents.len();
-        let live = contents.clone().into_boxed_slice();
-        let ptr = Box::into_raw(live) as *mut u8;
+        Self::with_images(path, contents.clone(), contents, faults)
+    }
+
+    fn with_images(
+        path: PathBuf,
+        live: Vec<u8>,
+        durable: Vec<u8>,
+        faults: Arc<FaultConfig>,
+    ) -> Self {
+        assert_eq!(
+            live.len(),
+            durable.len(),
+            "images of one region differ in length"
+        );
+        let len = live.len();
+        let ptr = Box::into_raw(live.into_boxed_slice()) as *mut u8;
         MemRegion {
             path,
             ptr,
             len,
-            durable: Mutex::new(contents),
+            durable: Mutex::new(durable),
             faults,
         }
     }
@@ -156,8 +169,13 @@ impl FaultMedium {
         let faults = Arc::new(FaultConfig::default());
         let mut rng = torn_seed.unwrap_or(0) | 1;
         let mut regions = BTreeMap::new();
-        for (name, r) in &state.regions {
-            let mut image = r.durable.lock().clone();
+        // Fix (found by tests/crash_points.rs): hold every durable image while copying, so the
+        // copy is one instant of the device. Copied region by region, a persist that landed
+        // between two copies (say, a file freed after the records shadowing it were persisted
+        // elsewhere) gave a state no power cut can leave.
+        let durable: Vec<_> = state.regions.values().map(|r| r.durable.lock()).collect();
+        for ((name, r), durable) in state.regions.iter().zip(&durable) {
+            let mut image = (**durable).clone();
             if torn_seed.is_some() {
                 let live = r.live();
                 for (i, sector) in image.chunks_mut(512).enumerate() {
@@ -189,7 +207,10 @@ impl FaultMedium {
     }
 
     /// A new medium holding everything written so far, persisted or not: what the disk holds
-    /// after the *process* is killed (the page cache survives).
+    /// after the *process* is killed (the page cache survives). The device itself still holds
+    /// only what was persisted: a later [`FaultMedium::crash`] of the new medium loses what
+    /// the restarted store did not persist itself. (Fix, found by tests/crash_points.rs: this
+    /// used to mark everything persisted, which hid that recovery trusted unpersisted tails.)
     pub fn process_crash(&self) -> Arc<Self> {
         let state = self.state.lock();
         let faults = Arc::new(FaultConfig::default());
@@ -197,11 +218,13 @@ impl FaultMedium {
             .regions
             .iter()
             .map(|(n, r)| {
+                let durable = r.durable.lock().clone();
                 (
                     n.clone(),
-                    Arc::new(MemRegion::new(
+                    Arc::new(MemRegion::with_images(
                         r.path.clone(),
                         r.live().to_vec(),
+                        durable,
                         faults.clone(),
                     )),
                 )
