@@ -263,7 +263,7 @@ fn apply(index: &Index, seg: &Arc<Segment>, e: &Entry) {
         },
         lsn: e.lsn,
     };
-    match shard.get_mut(&*e.key) {
+    match shard.get_mut(&IndexKey::new(&e.key)) {
         None => {
             if e.kind == Kind::Put {
                 mark_live(seg, len);

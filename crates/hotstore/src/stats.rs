@@ -60,8 +60,6 @@ pub struct Stats {
     pub file_bytes: u64,
     /// Puts since open.
     pub puts: u64,
-    /// Gets since open.
-    pub gets: u64,
     /// Removals since open.
     pub removes: u64,
     /// Writes refused with StoreFull since open.

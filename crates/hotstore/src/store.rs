@@ -29,10 +29,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// One writer lane: its active segment.
+/// One writer lane: its active segment, and its operation counts (kept here, under the lane
+/// lock, so the write path touches no counter shared between threads).
 #[derive(Default)]
 pub(crate) struct Lane {
     pub(crate) seg: Option<Arc<Segment>>,
+    pub(crate) puts: u64,
+    pub(crate) removes: u64,
 }
 
 /// Keeps each lane on its own cache lines.
@@ -42,9 +45,6 @@ pub(crate) struct PaddedLane(pub(crate) Mutex<Lane>);
 /// Operation counters.
 #[derive(Default)]
 pub(crate) struct Counters {
-    pub(crate) puts: AtomicU64,
-    pub(crate) gets: AtomicU64,
-    pub(crate) removes: AtomicU64,
     pub(crate) full_errors: AtomicU64,
 }
 
@@ -296,8 +296,7 @@ impl Store {
         self.inner.check_poisoned()?;
         let body_crc = record::body_checksum(key, value);
         let rec_len = record::record_len(key.len(), value.len());
-        let mut lane = self.inner.lane();
-        let (seg, off) = self.inner.room(&mut lane, rec_len, opts.full_wait, false)?;
+        let (mut lane, seg, off) = self.inner.lane_with_room(rec_len, opts.full_wait, false)?;
         // Safety: [off, off + rec_len) is past `end` of the lane's active segment, which only
         // this lane (locked) writes.
         unsafe {
@@ -316,7 +315,7 @@ impl Store {
             &mut shard,
         );
         drop(shard);
-        self.inner.counters.puts.fetch_add(1, Ordering::Relaxed);
+        lane.puts += 1;
         self.inner.durable(lane, &seg, opts.durability)
     }
 
@@ -327,9 +326,8 @@ impl Store {
 
     /// Calls `f` with the value of `key` in place (no copy) and returns its result.
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
-        self.inner.counters.gets.fetch_add(1, Ordering::Relaxed);
         let shard = self.inner.index.shard(key).read();
-        let Some(loc) = shard.get(key) else {
+        let Some(loc) = shard.get(&IndexKey::new(key)) else {
             return Ok(None);
         };
         let value = self.inner.read_value(key, loc)?;
@@ -342,13 +340,13 @@ impl Store {
             .index
             .shard(key)
             .read()
-            .get(key)
+            .get(&IndexKey::new(key))
             .map(|l| l.value_len as usize)
     }
 
     /// True if `key` is present.
     pub fn contains(&self, key: &[u8]) -> bool {
-        self.inner.index.shard(key).read().contains_key(key)
+        self.inner.index.shard(key).read().contains_key(&IndexKey::new(key))
     }
 
     /// Removes `key` with a durable tombstone; returns whether it was present (nothing is
@@ -367,12 +365,11 @@ impl Store {
         }
         let rec_len = record::record_len(key.len(), 0);
         let body_crc = record::body_checksum(key, &[]);
-        let mut lane = self.inner.lane();
-        let (seg, off) = self.inner.room(&mut lane, rec_len, opts.full_wait, true)?;
+        let (mut lane, seg, off) = self.inner.lane_with_room(rec_len, opts.full_wait, true)?;
         // Safety: unpublished space of the lane's own segment.
         unsafe { seg.write_at(off + HEADER_LEN, key) };
         let mut shard = self.inner.index.shard(key).write();
-        if !shard.contains_key(key) {
+        if !shard.contains_key(&IndexKey::new(key)) {
             drop(shard);
             drop(lane);
             self.inner.durable_absence(opts.durability)?;
@@ -389,7 +386,7 @@ impl Store {
             &mut shard,
         );
         drop(shard);
-        self.inner.counters.removes.fetch_add(1, Ordering::Relaxed);
+        lane.removes += 1;
         self.inner.durable(lane, &seg, opts.durability)?;
         Ok(true)
     }
@@ -413,8 +410,7 @@ impl Store {
         check_value(len)?;
         self.inner.check_poisoned()?;
         let rec_len = record::record_len(key.len(), len);
-        let mut lane = self.inner.lane();
-        let (seg, off) = self.inner.room(&mut lane, rec_len, full_wait, false)?;
+        let (lane, seg, off) = self.inner.lane_with_room(rec_len, full_wait, false)?;
         // Safety: unpublished space of the lane's own segment.
         unsafe { seg.write_at(off + HEADER_LEN, key) };
         Ok(Reservation {
@@ -577,7 +573,7 @@ impl Reservation<'_> {
             &mut shard,
         );
         drop(shard);
-        self.inner.counters.puts.fetch_add(1, Ordering::Relaxed);
+        self.lane.puts += 1;
         self.inner.durable(self.lane, &self.seg, durability)
     }
 }
@@ -610,13 +606,51 @@ impl Inner {
         self.lanes[i].0.lock()
     }
 
+    /// This thread's lane, locked, with room for a `rec_len` record: its active segment and
+    /// the offset where the record goes. On a full store, waits up to `full_wait` for space
+    /// *without* holding the lane. Fix (found by tests/full.rs): the wait used to hold the
+    /// lane, so a thread sharing it could not remove anything, and the space the writer waited
+    /// for never came (with one lane, never at all).
+    fn lane_with_room(
+        &self,
+        rec_len: usize,
+        full_wait: Option<Duration>,
+        for_removal: bool,
+    ) -> Result<(MutexGuard<'_, Lane>, Arc<Segment>, usize)> {
+        let deadline = full_wait.map(|w| Instant::now() + w);
+        loop {
+            // Read before trying, so space given back meanwhile is not waited for in vain.
+            let generation = *self.space.0.lock();
+            let mut lane = self.lane();
+            match self.room(&mut lane, rec_len, for_removal) {
+                Ok((seg, off)) => return Ok((lane, seg, off)),
+                Err(e) if e.is_full() => {
+                    drop(lane);
+                    let remaining = deadline
+                        .and_then(|d| d.checked_duration_since(Instant::now()))
+                        .filter(|r| !r.is_zero());
+                    let Some(remaining) = remaining else {
+                        self.counters.full_errors.fetch_add(1, Ordering::Relaxed);
+                        return Err(e);
+                    };
+                    let mut g = self.space.0.lock();
+                    if *g == generation {
+                        self.space
+                            .1
+                            .wait_for(&mut g, remaining.min(Duration::from_millis(50)));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// The lane's active segment and the offset where a `rec_len` record goes, rolling to a
-    /// new segment when it does not fit.
+    /// new segment when it does not fit; `StoreFull` at once if no tier has room.
     fn room(
         &self,
         lane: &mut Lane,
         rec_len: usize,
-        full_wait: Option<Duration>,
         for_removal: bool,
     ) -> Result<(Arc<Segment>, usize)> {
         if let Some(seg) = &lane.seg {
@@ -637,7 +671,7 @@ impl Inner {
         } else {
             self.removal_reserve()
         };
-        let (tier, (slot, region)) = self.take_region(len, full_wait, reserve)?;
+        let (tier, (slot, region)) = self.take_region(len, reserve)?;
         let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
         let seg = Arc::new(Segment::new(
             id,
@@ -664,39 +698,21 @@ impl Inner {
         self.lanes.len().min(2)
     }
 
-    fn take_region(
-        &self,
-        len: usize,
-        full_wait: Option<Duration>,
-        reserve: usize,
-    ) -> Result<(usize, SlotRegion)> {
-        let deadline = full_wait.map(|w| Instant::now() + w);
-        loop {
-            let generation = *self.space.0.lock();
-            for tier in &self.tiers {
-                if let Some(r) = tier.take(len, reserve)? {
-                    return Ok((tier.index, r));
-                }
-            }
-            let remaining = deadline.and_then(|d| d.checked_duration_since(Instant::now()));
-            let Some(remaining) = remaining.filter(|r| !r.is_zero()) else {
-                self.counters.full_errors.fetch_add(1, Ordering::Relaxed);
-                return Err(Error::StoreFull {
-                    needed_bytes: len as u64,
-                    capacity_bytes: self
-                        .tiers
-                        .iter()
-                        .map(|t| t.capacity_bytes.max(t.used_bytes()))
-                        .sum(),
-                });
-            };
-            let mut g = self.space.0.lock();
-            if *g == generation {
-                self.space
-                    .1
-                    .wait_for(&mut g, remaining.min(Duration::from_millis(50)));
+    /// A file of `len` bytes from the first tier with room; `StoreFull` if none has.
+    fn take_region(&self, len: usize, reserve: usize) -> Result<(usize, SlotRegion)> {
+        for tier in &self.tiers {
+            if let Some(r) = tier.take(len, reserve)? {
+                return Ok((tier.index, r));
             }
         }
+        Err(Error::StoreFull {
+            needed_bytes: len as u64,
+            capacity_bytes: self
+                .tiers
+                .iter()
+                .map(|t| t.capacity_bytes.max(t.used_bytes()))
+                .sum(),
+        })
     }
 
     /// Writes the header of a record whose key and value are in place, and makes it visible.
@@ -739,7 +755,7 @@ impl Inner {
             }
             Kind::Tombstone => {
                 seg.dead_bytes.fetch_add(len, Ordering::Relaxed);
-                shard.remove(key)
+                shard.remove(&IndexKey::new(key))
             }
         };
         if let Some(old) = old {
@@ -868,9 +884,8 @@ impl Inner {
             segments: segs.len(),
             capacity_bytes: tiers.iter().map(|t| t.capacity_bytes).sum(),
             file_bytes: tiers.iter().map(|t| t.file_bytes).sum(),
-            puts: self.counters.puts.load(Ordering::Relaxed),
-            gets: self.counters.gets.load(Ordering::Relaxed),
-            removes: self.counters.removes.load(Ordering::Relaxed),
+            puts: self.lanes.iter().map(|l| l.0.lock().puts).sum(),
+            removes: self.lanes.iter().map(|l| l.0.lock().removes).sum(),
             full_errors: self.counters.full_errors.load(Ordering::Relaxed),
             layout: self.layout.to_string(),
             poisoned: self.poisoned.lock().clone(),
