@@ -1,1 +1,282 @@
-fn main() {}
+//! `hotstore`: the command-line tool around the hotstore engine.
+//!
+//! Each subcommand lives in its own module; this file holds the argument definitions (their
+//! doc comments are the `--help` text) and maps results to exit statuses.
+
+mod acklog;
+mod bench;
+mod dump;
+mod inspect;
+mod limits;
+mod stress;
+mod util;
+mod verify;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use hotstore::Durability;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use util::{parse_secs, parse_size, CliError, CliResult, EXIT_ERROR};
+
+/// Persistent hot storage for high-rate data acquisition: inspect, verify, dump, stress-test
+/// and benchmark a store.
+///
+/// A store is a directory holding `hotstore.meta`, a lock file and segment files
+/// (`seg-NNNNNN.hss`). Sizes accept binary suffixes: 100, 10K or 10KiB, 1M or 1MiB, 2G or 2GiB.
+///
+/// Exit status: 0 on success; 1 if `verify` found damage; 2 on any error (bad arguments, no
+/// store, store locked by another process, I/O error). Errors are printed as `error: <message>`
+/// on stderr.
+#[derive(Parser)]
+#[command(name = "hotstore", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Inspect(InspectArgs),
+    Verify(VerifyArgs),
+    Dump(DumpArgs),
+    Stress(StressArgs),
+    Bench(BenchArgs),
+}
+
+/// Show what is in a store: layout, tiers and what survives a power cut, sizes, recovery.
+///
+/// Opens the store (never creates one; fails if another process has it open), which runs
+/// recovery exactly as an application would, then prints the key layout, each tier with its
+/// persistence domain and a sentence saying what survives a crash and a power cut, capacity,
+/// segments (in use, free, ready), live entries, live and dead bytes, and the recovery report:
+/// segments loaded from their summary or scanned, torn tails cut (expected after a crash) and
+/// damaged ranges skipped.
+///
+/// Note: opening is not read-only: recovery writes missing segment summaries, and the engine
+/// may pre-create segment files while the store is open.
+#[derive(Args)]
+struct InspectArgs {
+    /// Store directory.
+    dir: PathBuf,
+    /// Print one JSON object `{"dir", "stats", "recovery"}` instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Check every record of every segment file against its checksum.
+///
+/// Reads every segment file of every tier without trusting the summaries and without opening
+/// the store for writing (it may be open in another process). Prints how many records and
+/// bytes were checked and every damaged range as `file:offset (+len bytes): what`. Torn tails
+/// (an interrupted last write, normal after a crash) are listed as notes, not damage.
+/// Pre-allocated segment files that were never written (all zero) are counted, not damage.
+///
+/// Exit status: 0 if intact, 1 if damage was found, 2 if verification could not run.
+#[derive(Args)]
+struct VerifyArgs {
+    /// Store directory.
+    dir: PathBuf,
+    /// Print one JSON object (the engine's verify report plus `dir`, `intact` and
+    /// `untouched_files`) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// List every live key with its value length and crc32c, sorted by key.
+///
+/// Opens the store, reads every value (checking record checksums) and prints one line per
+/// live key in byte order of the keys: `<key-hex> <len> <crc32c>` or, with `--json`,
+/// `{"key":"<hex>","len":N,"crc32c":N}` (crc32c is Castagnoli, as an unsigned decimal).
+#[derive(Args)]
+struct DumpArgs {
+    /// Store directory.
+    dir: PathBuf,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Durability of each write.
+#[derive(Clone, Copy, ValueEnum)]
+enum DurabilityArg {
+    /// Acknowledged once in the store's memory: survives a process crash, not a power cut.
+    Memory,
+    /// Acknowledged once on the tier's persistence domain: survives a power cut on a real device.
+    Persisted,
+}
+
+impl From<DurabilityArg> for Durability {
+    fn from(d: DurabilityArg) -> Self {
+        match d {
+            DurabilityArg::Memory => Durability::Memory,
+            DurabilityArg::Persisted => Durability::Persisted,
+        }
+    }
+}
+
+/// Random puts, overwrites and removals, each acknowledged one logged, for crash testing.
+///
+/// Opens the store (creating it if missing, recovering it after a crash) and runs THREADS
+/// threads for DURATION seconds. Each thread writes new keys (16-byte fragment keys and longer
+/// blob keys, tagged with a random per-run nonce), overwrites and removes keys it owns, with
+/// value sizes log-uniform between 1 byte and --max-value (mostly small, some large). Keys the
+/// ack log says are present from earlier runs are shared out among the threads and reused, so
+/// a store can be killed and restarted any number of times. When the store is full, a thread
+/// removes the oldest quarter of its keys and continues.
+///
+/// After the store acknowledges an operation, one line is appended to the ack log with a
+/// single write: `put <key-hex> <len> <crc32c>` or `del <key-hex>`. A supervisor may kill
+/// the process at any moment (kill -9) and later check that the store holds, for every key,
+/// what its last ack line says (each thread has at most one unacknowledged operation in
+/// flight). An unfinished last line left by a kill is cut at the next start.
+///
+/// Values of 8 bytes or more start with a 64-bit little-endian seed followed by the
+/// SplitMix64 stream of `seed ^ fnv1a64(key)`, so even an unacknowledged value can be
+/// recognised as well-formed. Prints a summary (ops, bytes, ops/s) at the end.
+#[derive(Args)]
+struct StressArgs {
+    /// Store directory (created if missing).
+    dir: PathBuf,
+    /// How long to run, in seconds (fractions allowed).
+    #[arg(long, value_parser = parse_secs)]
+    duration: f64,
+    /// Acknowledgement log: appended to, created if missing; its keys are reused.
+    #[arg(long, value_name = "FILE")]
+    ack_log: PathBuf,
+    /// Writer threads.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
+    /// Seed of the random choices (default: random). The per-run key nonce is derived from it
+    /// but never reuses one found in the ack log.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Largest value, in bytes (1 B up to the engine's 256 MiB maximum).
+    #[arg(long, default_value = "1MiB", value_parser = parse_size, value_name = "BYTES")]
+    max_value: u64,
+    /// Live keys each thread aims to hold: below it new puts dominate, above it removals.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    keys: usize,
+    /// Segment file size for a new store (ignored for an existing one; the engine default is
+    /// 64 MiB). 64 KiB ..= 2 GiB, a multiple of 4096.
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    segment_size: Option<u64>,
+    /// Bytes of segment files the store may hold (stored; replaces an earlier capacity).
+    /// Default: unbounded for a new store, unchanged for an existing one.
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    capacity: Option<u64>,
+    /// Durability of every write and removal.
+    #[arg(long, value_enum, default_value = "persisted")]
+    durability: DurabilityArg,
+}
+
+/// Measure embedded put or get throughput beside this machine's own limit.
+///
+/// Creates a fresh store in a temporary directory under --dir (default /dev/shm if it exists,
+/// else the system temp dir), runs the operation from THREADS threads for DURATION seconds
+/// after a 0.3 s warm-up that is not counted, and removes the store afterwards.
+///
+/// put: each thread writes new 16-byte fragment keys (run = thread number, event increasing)
+/// with one prefilled value. The store's capacity is bounded (see --capacity); when it is
+/// full the run stops early and the figures cover the measured window until then (reported as
+/// `stopped_full`). Each --repeat run uses a fresh store.
+///
+/// get: first writes --key-count keys, then each thread reads them in sequential or random
+/// order, zero-copy (`get_with`, touching the first byte), and then for another DURATION with
+/// the copying `get`.
+///
+/// The limit is measured in the same run: for put, memcpy bandwidth with THREADS threads on a
+/// memory file system, else O_DIRECT sequential write bandwidth of the device (1 MiB blocks);
+/// for get, memcpy bandwidth. The ratio is value bytes per second divided by the limit.
+/// With --repeat N, the median run (by ops/s) is reported; --json lists every run in `runs`.
+#[derive(Args)]
+struct BenchArgs {
+    /// Operation to measure.
+    #[arg(value_enum)]
+    op: bench::Op,
+    /// File system to measure: the store goes in a fresh temporary directory under it.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Value size in bytes.
+    #[arg(long, default_value = "10KiB", value_parser = parse_size, value_name = "BYTES")]
+    value_size: u64,
+    /// Threads doing the operation.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
+    /// Durability of the writes (put; for get, of the populating writes).
+    #[arg(long, value_enum, default_value = "persisted")]
+    durability: DurabilityArg,
+    /// Measured seconds per run (fractions allowed), after the warm-up.
+    #[arg(long, default_value = "3", value_parser = parse_secs, value_name = "SECS")]
+    duration: f64,
+    /// Print one JSON object: ops_per_sec, bytes_per_sec, limit_name, limit_bytes_per_sec,
+    /// ratio, op, value_size, threads, durability, duration_secs (measured window), dir,
+    /// domain, runs, and more.
+    #[arg(long)]
+    json: bool,
+    /// get only: keys to populate (default: about 256 MiB of values, at most 1048576 keys).
+    #[arg(long, value_name = "N")]
+    key_count: Option<u64>,
+    /// get only: key order.
+    #[arg(long, value_enum, default_value = "seq")]
+    order: bench::Order,
+    /// Segment file size (default: the engine's, 64 MiB).
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    segment_size: Option<u64>,
+    /// Store capacity. Default: half the file system's free space, and on a memory file
+    /// system at most a quarter of the available RAM, so a long put run on /dev/shm stops at
+    /// "store full" instead of exhausting memory.
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    capacity: Option<u64>,
+    /// Runs to take the median of.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    repeat: u16,
+}
+
+fn run(cli: Cli) -> CliResult<ExitCode> {
+    match cli.command {
+        Command::Inspect(a) => inspect::run(&a.dir, a.json)?,
+        Command::Verify(a) => return verify::run(&a.dir, a.json),
+        Command::Dump(a) => dump::run(&a.dir, a.json)?,
+        Command::Stress(a) => stress::run(&stress::Config {
+            dir: a.dir,
+            duration: Duration::from_secs_f64(a.duration),
+            ack_log: a.ack_log,
+            threads: a.threads as usize,
+            seed: a.seed,
+            max_value: a.max_value,
+            keys_per_thread: a.keys,
+            segment_size: a.segment_size,
+            capacity: a.capacity,
+            durability: a.durability.into(),
+        })?,
+        Command::Bench(a) => bench::run(&bench::Config {
+            op: a.op,
+            dir: a.dir,
+            value_size: a.value_size,
+            threads: a.threads as usize,
+            durability: a.durability.into(),
+            duration: Duration::from_secs_f64(a.duration),
+            key_count: a.key_count,
+            order: a.order,
+            segment_size: a.segment_size,
+            capacity: a.capacity,
+            repeat: a.repeat as usize,
+            json: a.json,
+        })?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    // Usage errors: clap prints `error: ...` and exits 2; --help and --version exit 0.
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(CliError::BrokenPipe) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}

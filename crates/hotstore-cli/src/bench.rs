@@ -1,0 +1,595 @@
+//! `hotstore bench put|get`: embedded throughput of the engine on a fresh store, printed beside
+//! the machine's own limit measured in the same run (memcpy on a memory file system, O_DIRECT
+//! sequential write on a block device) and the ratio between the two.
+//!
+//! Measurement: every thread runs the operation in a loop and publishes its count in its own
+//! cache line; the controller lets them warm up for [`WARMUP`], reads the counts, waits for the
+//! duration (or until a writer finds the store full), reads them again and stops the threads.
+
+use crate::limits::{self, Limit};
+use crate::util::{fail, human_bytes, human_count, CliResult, Out};
+use hotstore::{Domain, Durability, FragmentKey, Store, StoreOptions, TierSpec, MAX_VALUE_LEN};
+use serde::Serialize;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Excluded from the figures: lets caches, segment pools and CPU clocks settle.
+pub const WARMUP: Duration = Duration::from_millis(300);
+/// Duration of each limit measurement run (the median of 3 is taken).
+const LIMIT_RUN: Duration = Duration::from_millis(500);
+/// Data `get` populates by default.
+const GET_DEFAULT_BYTES: u64 = 256 << 20;
+/// Most keys `get` populates.
+pub const GET_MAX_KEYS: u64 = 1 << 20;
+/// Buffer size of the memcpy limit.
+const MEMCPY_BUFFER_BYTES: usize = 64 << 20;
+
+/// Which operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    /// Writes of new keys.
+    Put,
+    /// Reads of existing keys.
+    Get,
+}
+
+/// Key order of `get`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    /// Each thread walks the keys in key order from its own starting point.
+    Seq,
+    /// Uniformly random keys.
+    Random,
+}
+
+/// What to measure.
+pub struct Config {
+    /// Operation.
+    pub op: Op,
+    /// File system to measure (`None`: /dev/shm if present, else the temp dir).
+    pub dir: Option<PathBuf>,
+    /// Value size in bytes.
+    pub value_size: u64,
+    /// Threads.
+    pub threads: usize,
+    /// Durability of the writes (put, and populating for get).
+    pub durability: Durability,
+    /// Measured time per run.
+    pub duration: Duration,
+    /// Keys for get (`None`: about 256 MiB of values, at most 1 Mi keys).
+    pub key_count: Option<u64>,
+    /// Order for get.
+    pub order: Order,
+    /// Segment size (`None`: the engine default).
+    pub segment_size: Option<u64>,
+    /// Store capacity (`None`: automatic, see `auto_capacity`).
+    pub capacity: Option<u64>,
+    /// Measurements to take the median of.
+    pub repeat: usize,
+    /// One JSON object instead of text.
+    pub json: bool,
+}
+
+/// One measured window.
+#[derive(Debug, Clone, Serialize)]
+struct Run {
+    ops_per_sec: f64,
+    bytes_per_sec: f64,
+    ops: u64,
+    duration_secs: f64,
+    /// The store filled up before the duration ended; the figures cover the time until then.
+    stopped_full: bool,
+    /// Copying `get` (get only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    copy_ops_per_sec: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    copy_bytes_per_sec: Option<f64>,
+}
+
+/// The one JSON object `--json` prints.
+#[derive(Debug, Serialize)]
+struct Report {
+    op: Op,
+    value_size: u64,
+    threads: usize,
+    durability: &'static str,
+    /// Measured window of the median run.
+    duration_secs: f64,
+    requested_duration_secs: f64,
+    dir: PathBuf,
+    domain: Domain,
+    segment_size: u64,
+    capacity_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_count: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order: Option<Order>,
+    ops_per_sec: f64,
+    bytes_per_sec: f64,
+    stopped_full: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    copy_ops_per_sec: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    copy_bytes_per_sec: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    copy_ratio: Option<f64>,
+    limit_name: String,
+    limit_bytes_per_sec: f64,
+    ratio: f64,
+    repeat: usize,
+    runs: Vec<Run>,
+}
+
+fn durability_name(d: Durability) -> &'static str {
+    match d {
+        Durability::Memory => "memory",
+        Durability::Persisted => "persisted",
+    }
+}
+
+/// Free bytes of the file system under `dir` (for unprivileged users).
+fn fs_free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // Safety: `c` is NUL-terminated and `st` is writable memory of the size statvfs fills.
+    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // Safety: statvfs returned 0, so it initialised the struct.
+    let st = unsafe { st.assume_init() };
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "fsblkcnt_t and c_ulong are 32 bits on some targets"
+    )]
+    let free = (st.f_bavail as u64).saturating_mul(st.f_frsize as u64);
+    Some(free)
+}
+
+/// `MemAvailable` from /proc/meminfo.
+fn mem_available_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Half the free space of the file system, and on a memory file system at most a quarter of
+/// the available RAM, in whole segments.
+fn auto_capacity(dir: &Path, segment_size: u64) -> CliResult<u64> {
+    let Some(free) = fs_free_bytes(dir) else {
+        return fail(format!(
+            "cannot tell the free space under {}: give --capacity",
+            dir.display()
+        ));
+    };
+    let mut cap = free / 2;
+    if limits::is_memory_fs(dir) {
+        if let Some(mem) = mem_available_bytes() {
+            cap = cap.min(mem / 4);
+        }
+    }
+    let cap = cap - cap % segment_size;
+    if cap < 4 * segment_size {
+        return fail(format!(
+            "only {} free under {}: too little for a benchmark store of 4 segments of {}",
+            human_bytes(free as f64),
+            dir.display(),
+            human_bytes(segment_size as f64)
+        ));
+    }
+    Ok(cap)
+}
+
+/// A counter on its own cache lines.
+#[repr(align(128))]
+#[derive(Default)]
+struct Counter(AtomicU64);
+
+/// Shared between the controller and the threads of one measurement.
+#[derive(Default)]
+struct Flags {
+    stop: AtomicBool,
+    full: AtomicBool,
+    failed: AtomicBool,
+    error: Mutex<Option<String>>,
+}
+
+impl Flags {
+    fn fail(&self, msg: String) {
+        if let Ok(mut e) = self.error.lock() {
+            e.get_or_insert(msg);
+        }
+        self.failed.store(true, Ordering::Release);
+    }
+}
+
+/// Ops and seconds in the measured window.
+struct Window {
+    ops: u64,
+    secs: f64,
+    stopped_full: bool,
+}
+
+/// Runs `work(thread, counter, flags)` on `threads` threads: warm-up, then the window.
+/// `work` loops until `flags.stop`, storing its running op count in `counter` after each op.
+fn measure<F>(threads: usize, duration: Duration, work: F) -> CliResult<Window>
+where
+    F: Fn(usize, &AtomicU64, &Flags) + Sync,
+{
+    let counters: Vec<Counter> = (0..threads).map(|_| Counter::default()).collect();
+    let flags = Flags::default();
+    let sum = |c: &[Counter]| c.iter().map(|c| c.0.load(Ordering::Relaxed)).sum::<u64>();
+    let window = std::thread::scope(|scope| {
+        for (t, c) in counters.iter().enumerate() {
+            let (work, flags) = (&work, &flags);
+            scope.spawn(move || work(t, &c.0, flags));
+        }
+        let halted = || flags.full.load(Ordering::Acquire) || flags.failed.load(Ordering::Acquire);
+        let wait_until = |end: Instant| {
+            while !halted() {
+                let now = Instant::now();
+                if now >= end {
+                    break;
+                }
+                std::thread::sleep((end - now).min(Duration::from_millis(1)));
+            }
+        };
+        wait_until(Instant::now() + WARMUP);
+        let (c0, t0) = (sum(&counters), Instant::now());
+        let full_in_warmup = halted();
+        wait_until(t0 + duration);
+        let (c1, t1) = (sum(&counters), Instant::now());
+        flags.stop.store(true, Ordering::Release);
+        (c1 - c0, (t1 - t0).as_secs_f64(), full_in_warmup)
+    });
+    if let Some(msg) = flags.error.lock().ok().and_then(|mut e| e.take()) {
+        return fail(msg);
+    }
+    let (ops, secs, full_in_warmup) = window;
+    if full_in_warmup {
+        return fail(
+            "the store filled up during the warm-up: give a larger --capacity or a smaller value size",
+        );
+    }
+    Ok(Window {
+        ops,
+        secs,
+        stopped_full: flags.full.load(Ordering::Acquire),
+    })
+}
+
+/// Opens a fresh store in a new temporary directory under `base`.
+fn fresh_store(
+    base: &Path,
+    cfg: &Config,
+    segment_size: u64,
+    capacity: u64,
+) -> CliResult<(tempfile::TempDir, Store)> {
+    let tmp = tempfile::Builder::new()
+        .prefix("hotstore-bench-")
+        .tempdir_in(base)
+        .map_err(|e| {
+            crate::util::CliError::Msg(format!(
+                "cannot create a directory under {}: {e}",
+                base.display()
+            ))
+        })?;
+    let default_lanes = StoreOptions::new(tmp.path()).lanes;
+    let store = Store::builder(tmp.path())
+        .segment_size_bytes(usize::try_from(segment_size).unwrap_or(usize::MAX))
+        .lanes(cfg.threads.max(default_lanes))
+        .tier(TierSpec::new(".").capacity_bytes(capacity))
+        .open()?;
+    Ok((tmp, store))
+}
+
+fn key(run: usize, event: u64) -> [u8; 16] {
+    FragmentKey::new(run as u32, event, 0, 0).to_bytes()
+}
+
+/// A value of `len` non-trivial bytes.
+fn value_buffer(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(151) ^ 0x5a)
+        .collect()
+}
+
+fn put_run(base: &Path, cfg: &Config, seg: u64, cap: u64) -> CliResult<(Run, Domain)> {
+    let (tmp, store) = fresh_store(base, cfg, seg, cap)?;
+    let domain = store.stats().tiers[0].domain;
+    let value = value_buffer(cfg.value_size as usize);
+    let w = measure(cfg.threads, cfg.duration, |t, counter, flags| {
+        let mut n = 0u64;
+        while !flags.stop.load(Ordering::Relaxed) {
+            match store.put(&key(t, n), &value, cfg.durability) {
+                Ok(()) => {}
+                Err(e) if e.is_full() => {
+                    flags.full.store(true, Ordering::Release);
+                    return;
+                }
+                Err(e) => return flags.fail(e.to_string()),
+            }
+            n += 1;
+            counter.store(n, Ordering::Relaxed);
+        }
+    })?;
+    store.close()?;
+    drop(tmp);
+    Ok((run_of(&w, cfg.value_size), domain))
+}
+
+fn run_of(w: &Window, value_size: u64) -> Run {
+    let secs = w.secs.max(1e-9);
+    Run {
+        ops_per_sec: w.ops as f64 / secs,
+        bytes_per_sec: (w.ops * value_size) as f64 / secs,
+        ops: w.ops,
+        duration_secs: w.secs,
+        stopped_full: w.stopped_full,
+        copy_ops_per_sec: None,
+        copy_bytes_per_sec: None,
+    }
+}
+
+/// Writes keys `0..n` (fragment keys of run 0) with all threads, then makes them durable.
+fn populate(store: &Store, cfg: &Config, n: u64) -> CliResult<()> {
+    let value = value_buffer(cfg.value_size as usize);
+    let threads = cfg.threads as u64;
+    let errors: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let value = &value;
+                scope.spawn(move || -> Result<(), String> {
+                    for i in (t * n / threads)..((t + 1) * n / threads) {
+                        store
+                            .put(&key(0, i), value, cfg.durability)
+                            .map_err(|e| format!("populating key {i}: {e}"))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .filter_map(|h| match h.join() {
+                Ok(r) => r.err(),
+                Err(_) => Some("a populating thread panicked".into()),
+            })
+            .collect()
+    });
+    if let Some(e) = errors.into_iter().next() {
+        return fail(e);
+    }
+    store.flush()?;
+    Ok(())
+}
+
+/// Measures gets of keys `0..n`: zero-copy (`get_with`) or copying (`get`).
+fn get_window(store: &Store, cfg: &Config, n: u64, copy: bool) -> CliResult<Window> {
+    let threads = cfg.threads as u64;
+    measure(cfg.threads, cfg.duration, |t, counter, flags| {
+        let mut i = t as u64 * n / threads;
+        // xorshift64: cheap enough not to show in the figures.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (t as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        let mut done = 0u64;
+        while !flags.stop.load(Ordering::Relaxed) {
+            let k = match cfg.order {
+                Order::Seq => {
+                    i += 1;
+                    if i >= n {
+                        i = 0;
+                    }
+                    i
+                }
+                Order::Random => {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x % n
+                }
+            };
+            let got = if copy {
+                store.get(&key(0, k)).map(|v| v.map(|v| black_box(v).len()))
+            } else {
+                store.get_with(&key(0, k), |v| black_box(v[0]) as usize)
+            };
+            match got {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    return flags.fail(format!("key {k} written by the benchmark is missing"))
+                }
+                Err(e) => return flags.fail(e.to_string()),
+            }
+            done += 1;
+            counter.store(done, Ordering::Relaxed);
+        }
+    })
+}
+
+fn median_index(runs: &[Run]) -> usize {
+    let mut idx: Vec<usize> = (0..runs.len()).collect();
+    idx.sort_by(|&a, &b| runs[a].ops_per_sec.total_cmp(&runs[b].ops_per_sec));
+    idx[idx.len() / 2]
+}
+
+/// Runs the benchmark and prints its result.
+pub fn run(cfg: &Config) -> CliResult<()> {
+    if cfg.value_size == 0 || cfg.value_size > MAX_VALUE_LEN {
+        return fail(format!(
+            "--value-size must be 1 to {MAX_VALUE_LEN} bytes, not {}",
+            cfg.value_size
+        ));
+    }
+    let base = match &cfg.dir {
+        Some(d) => {
+            if !d.is_dir() {
+                return fail(format!("{} is not a directory", d.display()));
+            }
+            d.clone()
+        }
+        None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
+        None => std::env::temp_dir(),
+    };
+    let seg = cfg
+        .segment_size
+        .unwrap_or(StoreOptions::new(&base).segment_size_bytes as u64);
+    let cap = match cfg.capacity {
+        Some(c) => c,
+        None => auto_capacity(&base, seg)?,
+    };
+    if !cfg.json {
+        eprintln!("measuring the machine's limit under {} ...", base.display());
+    }
+    let limit: Limit = match cfg.op {
+        Op::Put => limits::write_limit_for(&base, cfg.threads, LIMIT_RUN),
+        Op::Get => limits::memcpy_bandwidth(cfg.threads, MEMCPY_BUFFER_BYTES, LIMIT_RUN, 3),
+    };
+    let mut runs = Vec::with_capacity(cfg.repeat);
+    let mut domain = Domain::Volatile;
+    let mut key_count = None;
+    match cfg.op {
+        Op::Put => {
+            for _ in 0..cfg.repeat {
+                let (r, d) = put_run(&base, cfg, seg, cap)?;
+                domain = d;
+                runs.push(r);
+            }
+        }
+        Op::Get => {
+            let n = cfg
+                .key_count
+                .unwrap_or((GET_DEFAULT_BYTES / cfg.value_size).clamp(1, GET_MAX_KEYS));
+            if n == 0 {
+                return fail("--key-count must be at least 1");
+            }
+            key_count = Some(n);
+            let (tmp, store) = fresh_store(&base, cfg, seg, cap)?;
+            domain = store.stats().tiers[0].domain;
+            if !cfg.json {
+                eprintln!("populating {n} keys ...");
+            }
+            populate(&store, cfg, n)?;
+            for _ in 0..cfg.repeat {
+                let mut r = run_of(&get_window(&store, cfg, n, false)?, cfg.value_size);
+                let c = run_of(&get_window(&store, cfg, n, true)?, cfg.value_size);
+                r.copy_ops_per_sec = Some(c.ops_per_sec);
+                r.copy_bytes_per_sec = Some(c.bytes_per_sec);
+                runs.push(r);
+            }
+            store.close()?;
+            drop(tmp);
+        }
+    }
+    let m = runs[median_index(&runs)].clone();
+    let ratio = m.bytes_per_sec / limit.bytes_per_sec.max(1e-9);
+    let copy_ratio = m
+        .copy_bytes_per_sec
+        .map(|b| b / limit.bytes_per_sec.max(1e-9));
+    let report = Report {
+        op: cfg.op,
+        value_size: cfg.value_size,
+        threads: cfg.threads,
+        durability: durability_name(cfg.durability),
+        duration_secs: m.duration_secs,
+        requested_duration_secs: cfg.duration.as_secs_f64(),
+        dir: base,
+        domain,
+        segment_size: seg,
+        capacity_bytes: cap,
+        key_count,
+        order: (cfg.op == Op::Get).then_some(cfg.order),
+        ops_per_sec: m.ops_per_sec,
+        bytes_per_sec: m.bytes_per_sec,
+        stopped_full: m.stopped_full,
+        copy_ops_per_sec: m.copy_ops_per_sec,
+        copy_bytes_per_sec: m.copy_bytes_per_sec,
+        copy_ratio,
+        limit_name: limit.name,
+        limit_bytes_per_sec: limit.bytes_per_sec,
+        ratio,
+        repeat: cfg.repeat,
+        runs,
+    };
+    let mut out = Out::new();
+    if cfg.json {
+        out.line(serde_json::to_string(&report)?)?;
+    } else {
+        print_human(&mut out, &report)?;
+    }
+    out.flush()
+}
+
+fn rate(ops: f64, bytes: f64) -> String {
+    format!("{} ops/s, {}/s", human_count(ops), human_bytes(bytes))
+}
+
+fn print_human(out: &mut Out, r: &Report) -> CliResult<()> {
+    let op = match r.op {
+        Op::Put => "put",
+        Op::Get => "get",
+    };
+    out.line(format_args!(
+        "bench {op}: {} values ({} bytes), {} thread(s), durability {}, {:.1} s per run after {:.1} s warm-up",
+        human_bytes(r.value_size as f64),
+        r.value_size,
+        r.threads,
+        r.durability,
+        r.requested_duration_secs,
+        WARMUP.as_secs_f64()
+    ))?;
+    out.line(format_args!(
+        "store:  fresh store under {} ({}), segments {}, capacity {}",
+        r.dir.display(),
+        r.domain,
+        human_bytes(r.segment_size as f64),
+        human_bytes(r.capacity_bytes as f64)
+    ))?;
+    if let (Some(n), Some(order)) = (r.key_count, r.order) {
+        out.line(format_args!(
+            "keys:   {n} keys, {} order",
+            match order {
+                Order::Seq => "sequential",
+                Order::Random => "random",
+            }
+        ))?;
+    }
+    for (i, run) in r.runs.iter().enumerate() {
+        let mut line = format!(
+            "run {}:  {} over {:.2} s",
+            i + 1,
+            rate(run.ops_per_sec, run.bytes_per_sec),
+            run.duration_secs
+        );
+        if let (Some(o), Some(b)) = (run.copy_ops_per_sec, run.copy_bytes_per_sec) {
+            line += &format!("; copying get: {}", rate(o, b));
+        }
+        if run.stopped_full {
+            line += " (store full: stopped early)";
+        }
+        out.line(line)?;
+    }
+    out.line(format_args!(
+        "result: {} (median of {})",
+        rate(r.ops_per_sec, r.bytes_per_sec),
+        r.runs.len()
+    ))?;
+    if let (Some(o), Some(b)) = (r.copy_ops_per_sec, r.copy_bytes_per_sec) {
+        out.line(format_args!("        copying get: {}", rate(o, b)))?;
+    }
+    out.line(format_args!(
+        "limit:  {}: {}/s",
+        r.limit_name,
+        human_bytes(r.limit_bytes_per_sec)
+    ))?;
+    let mut ratio = format!("ratio:  {:.3} of the limit", r.ratio);
+    if let Some(c) = r.copy_ratio {
+        ratio += &format!(" (copying get: {c:.3})");
+    }
+    out.line(ratio)
+}

@@ -1,0 +1,222 @@
+//! Small helpers shared by the subcommands: the CLI error type, byte sizes in and out, hex,
+//! and stdout that tolerates a closed pipe (`hotstore dump | head`).
+
+use std::fmt;
+use std::io::{self, BufWriter, StdoutLock, Write};
+use std::path::Path;
+
+/// Exit status of a command that failed (bad input, no store, I/O error).
+pub const EXIT_ERROR: u8 = 2;
+/// Exit status of `verify` when it found damage.
+pub const EXIT_DAMAGE: u8 = 1;
+
+/// Why a command failed.
+#[derive(Debug)]
+pub enum CliError {
+    /// A message for the user, printed as `error: <message>`.
+    Msg(String),
+    /// Stdout was closed by the reader (e.g. `| head`): stop quietly.
+    BrokenPipe,
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Msg(m) => f.write_str(m),
+            CliError::BrokenPipe => f.write_str("broken pipe"),
+        }
+    }
+}
+
+impl From<hotstore::Error> for CliError {
+    fn from(e: hotstore::Error) -> Self {
+        CliError::Msg(e.to_string())
+    }
+}
+
+impl From<serde_json::Error> for CliError {
+    fn from(e: serde_json::Error) -> Self {
+        CliError::Msg(format!("cannot encode JSON: {e}"))
+    }
+}
+
+/// Result of a command.
+pub type CliResult<T> = Result<T, CliError>;
+
+/// A `CliError::Msg`.
+pub fn fail<T>(msg: impl Into<String>) -> CliResult<T> {
+    Err(CliError::Msg(msg.into()))
+}
+
+/// Buffered stdout whose write errors become `CliError` (a closed pipe is not an error).
+pub struct Out(BufWriter<StdoutLock<'static>>);
+
+impl Out {
+    /// Locks stdout.
+    pub fn new() -> Self {
+        Out(BufWriter::new(io::stdout().lock()))
+    }
+
+    /// Writes one line.
+    pub fn line(&mut self, s: impl fmt::Display) -> CliResult<()> {
+        writeln!(self.0, "{s}").map_err(io_out)
+    }
+
+    /// Flushes; call before returning.
+    pub fn flush(&mut self) -> CliResult<()> {
+        self.0.flush().map_err(io_out)
+    }
+}
+
+fn io_out(e: io::Error) -> CliError {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        CliError::BrokenPipe
+    } else {
+        CliError::Msg(format!("cannot write to stdout: {e}"))
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// Parses lower- or upper-case hex; `None` if it is not an even number of hex digits.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Parses a byte count: a plain number, or one with a binary suffix `K`/`KiB`, `M`/`MiB`,
+/// `G`/`GiB` (all powers of 1024; `B` is accepted and ignored). `10KiB` = 10240.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a byte count (e.g. 100, 10KiB, 1MiB)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}` in `{s}` (use K/KiB, M/MiB or G/GiB)"
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+/// Parses a duration in seconds (fractions allowed), which must be positive and finite.
+pub fn parse_secs(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !v.is_finite() || v <= 0.0 || v > 1e7 {
+        return Err(format!(
+            "`{s}`: a duration must be a positive number of seconds"
+        ));
+    }
+    Ok(v)
+}
+
+/// "1.50 GiB", "12.0 KiB", "100 B".
+pub fn human_bytes(bytes: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} B")
+    } else if v >= 100.0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+/// "2.31 M", "950 k", "12": a count or rate with a decimal prefix.
+pub fn human_count(n: f64) -> String {
+    if n >= 1e9 {
+        format!("{:.2} G", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.2} M", n / 1e6)
+    } else if n >= 1e4 {
+        format!("{:.1} k", n / 1e3)
+    } else {
+        format!("{n:.0}")
+    }
+}
+
+/// A file name relative to `dir` when it is inside it (shorter messages), else the full path.
+pub fn short_path(path: &Path, dir: &Path) -> String {
+    path.strip_prefix(dir)
+        .ok()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("100"), Ok(100));
+        assert_eq!(parse_size("10KiB"), Ok(10 << 10));
+        assert_eq!(parse_size("10k"), Ok(10 << 10));
+        assert_eq!(parse_size("1 MiB"), Ok(1 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("1.5M").is_err());
+        assert!(parse_size("12parsecs").is_err());
+        assert!(parse_size("99999999999999999999G").is_err());
+    }
+
+    #[test]
+    fn seconds_must_be_positive() {
+        assert_eq!(parse_secs("0.3"), Ok(0.3));
+        assert!(parse_secs("0").is_err());
+        assert!(parse_secs("-1").is_err());
+        assert!(parse_secs("nan").is_err());
+        assert!(parse_secs("inf").is_err());
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        assert_eq!(hex(&[0, 0xab, 0x10]), "00ab10");
+        assert_eq!(unhex("00ab10"), Some(vec![0, 0xab, 0x10]));
+        assert_eq!(unhex("00AB10"), Some(vec![0, 0xab, 0x10]));
+        assert_eq!(unhex("0"), None);
+        assert_eq!(unhex("zz"), None);
+        assert_eq!(unhex("é0"), None);
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human_bytes(100.0), "100 B");
+        assert_eq!(human_bytes(1536.0), "1.50 KiB");
+        assert_eq!(human_count(2_310_000.0), "2.31 M");
+    }
+}

@@ -1,0 +1,386 @@
+// Proves the `hotstore` commands do what their help says on real stores: inspect/verify/dump report what the library wrote, verify catches a flipped byte, stress logs exactly what it stored, bench prints its JSON fields, and bad input gives `error:` and a non-zero exit, never a panic.
+
+use hotstore::{Durability, FragmentKey, Store};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hotstore");
+
+fn hotstore(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run hotstore")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// Exit status, asserting the process was not killed by a signal and did not panic.
+fn code(o: &Output) -> i32 {
+    assert!(!stderr(o).contains("panicked"), "panic: {}", stderr(o));
+    o.status.code().expect("exited normally")
+}
+
+/// Keys and values written by `make_store`, minus the removed one.
+fn expected() -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut m = BTreeMap::new();
+    for e in 0..200u64 {
+        let v: Vec<u8> = (0..(e * 37 % 3000 + 1)).map(|i| (i * e) as u8).collect();
+        m.insert(FragmentKey::new(7, e, 1, 2).to_bytes().to_vec(), v);
+    }
+    m.insert(b"calibration/run7".to_vec(), b"gain=1.25".to_vec());
+    m
+}
+
+/// A small store written with the library: 200 fragments and one blob key; one extra key
+/// was written and removed again.
+fn make_store(dir: &Path) {
+    let store = Store::builder(dir)
+        .segment_size_bytes(1 << 20)
+        .open()
+        .expect("create store");
+    for (k, v) in expected() {
+        store.put(&k, &v, Durability::Persisted).expect("put");
+    }
+    let gone = FragmentKey::new(7, 9999, 0, 0).to_bytes();
+    store
+        .put(&gone, b"short-lived", Durability::Persisted)
+        .unwrap();
+    assert!(store.remove(&gone, Durability::Persisted).unwrap());
+    store.close().expect("close");
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[test]
+fn inspect_shows_layout_tiers_sizes_and_recovery() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_store(tmp.path());
+    let o = hotstore(&["inspect", p(tmp.path())]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    for want in [
+        "key layout   run:u32,event:u64|detector:u16,component:u16",
+        "entries      201",
+        "tier 0",
+        "power cut",
+        "segments",
+        "recovery",
+        "torn tails   none",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+
+    let o = hotstore(&["inspect", p(tmp.path()), "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON object");
+    assert_eq!(v["stats"]["entries"], 201);
+    assert!(v["stats"]["live_bytes"].as_u64().unwrap() > 200 * 24);
+    let tier = &v["stats"]["tiers"][0];
+    assert!(tier["domain"].is_string());
+    assert!(tier["power_safety"].as_str().unwrap().contains("power cut"));
+    let r = &v["recovery"];
+    assert!(r["segments_from_summary"].as_u64().unwrap() >= 1, "{r}");
+    assert_eq!(r["segments_scanned"], 0, "a clean close leaves summaries");
+    assert_eq!(r["torn_tails"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn dump_lists_every_live_key_sorted_with_len_and_crc() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_store(tmp.path());
+    let o = hotstore(&["dump", p(tmp.path()), "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let rows: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    let want = expected();
+    assert_eq!(rows.len(), want.len());
+    for (row, (k, v)) in rows.iter().zip(&want) {
+        assert_eq!(row["key"], hex(k), "sorted by key");
+        assert_eq!(row["len"], v.len());
+        assert_eq!(row["crc32c"], crc32c::crc32c(v));
+    }
+}
+
+/// The segment file holding records (the others are free or pre-allocated).
+fn data_segment(dir: &Path) -> PathBuf {
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "hss"))
+        .filter(|p| {
+            let b = std::fs::read(p).unwrap();
+            b.len() > 8192 && b[4096..4096 + 24].iter().any(|&x| x != 0)
+        })
+        .collect();
+    segs.sort();
+    assert!(
+        !segs.is_empty(),
+        "no segment with records in {}",
+        dir.display()
+    );
+    segs.remove(0)
+}
+
+#[test]
+fn verify_passes_intact_store_and_names_a_flipped_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_store(tmp.path());
+    let o = hotstore(&["verify", p(tmp.path())]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("checked 203 records"), "{}", stdout(&o));
+    let o = hotstore(&["verify", p(tmp.path()), "--json"]);
+    assert_eq!(code(&o), 0);
+    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["intact"], true);
+    assert_eq!(
+        v["records_checked"], 203,
+        "201 live + the removed put + its tombstone"
+    );
+
+    // Flip one byte inside the first record's value: intact records follow it, so this is
+    // damage, not a torn tail.
+    let seg = data_segment(tmp.path());
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[4096 + 40] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+    let o = hotstore(&["verify", p(tmp.path())]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    let name = seg.file_name().unwrap().to_str().unwrap();
+    assert!(
+        stdout(&o).contains(&format!("DAMAGE {name}:4096 ")),
+        "{}",
+        stdout(&o)
+    );
+    let o = hotstore(&["verify", p(tmp.path()), "--json"]);
+    assert_eq!(code(&o), 1);
+    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["intact"], false);
+    assert_eq!(v["damage"][0]["offset"], 4096);
+
+    // Reading the damaged value is a clear error, not a panic.
+    let o = hotstore(&["dump", p(tmp.path())]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).starts_with("error: checksum mismatch"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn errors_are_reported_not_panicked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("nothing-here");
+    for cmd in ["inspect", "verify", "dump"] {
+        let o = hotstore(&[cmd, p(&missing)]);
+        assert_eq!(code(&o), 2, "{cmd}");
+        assert!(stderr(&o).starts_with("error: "), "{cmd}: {}", stderr(&o));
+    }
+    // Bad arguments: clap's usage error, exit 2.
+    for args in [
+        &["bench", "put", "--value-size", "12parsecs"][..],
+        &["bench", "put", "--duration", "-1"],
+        &["bench", "fly"],
+        &["stress", p(tmp.path()), "--duration", "1"],
+        &[
+            "stress",
+            p(tmp.path()),
+            "--duration",
+            "1",
+            "--ack-log",
+            "x",
+            "--threads",
+            "0",
+        ],
+    ] {
+        let o = hotstore(args);
+        assert_eq!(code(&o), 2, "{args:?}");
+        assert!(stderr(&o).contains("error:"), "{args:?}: {}", stderr(&o));
+    }
+    // A value size the engine refuses.
+    let o = hotstore(&["bench", "put", "--value-size", "1G", "--duration", "0.1"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).starts_with("error: --value-size"),
+        "{}",
+        stderr(&o)
+    );
+    // An ack log that is not one.
+    let log = tmp.path().join("not-a-log");
+    std::fs::write(&log, "hello world\n").unwrap();
+    let o = hotstore(&[
+        "stress",
+        p(&tmp.path().join("s")),
+        "--duration",
+        "0.1",
+        "--ack-log",
+        p(&log),
+    ]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("not an ack log line"), "{}", stderr(&o));
+}
+
+#[test]
+fn help_of_every_subcommand_exits_zero() {
+    for cmd in ["inspect", "verify", "dump", "stress", "bench"] {
+        let o = hotstore(&[cmd, "--help"]);
+        assert_eq!(code(&o), 0, "{cmd}");
+        assert!(stdout(&o).contains("Usage: hotstore"), "{cmd}");
+    }
+    let o = hotstore(&["--help"]);
+    assert_eq!(code(&o), 0);
+    assert!(stdout(&o).contains("Exit status"));
+}
+
+/// The last state of every key in an ack log.
+fn ack_state(log: &Path) -> BTreeMap<String, Option<(u64, u32)>> {
+    let mut m = BTreeMap::new();
+    let text = std::fs::read_to_string(log).unwrap();
+    assert!(text.ends_with('\n'), "a clean exit leaves whole lines");
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        match f.as_slice() {
+            ["put", k, len, crc] => m.insert(
+                k.to_string(),
+                Some((len.parse().unwrap(), crc.parse().unwrap())),
+            ),
+            ["del", k] => m.insert(k.to_string(), None),
+            _ => panic!("bad ack line {line:?}"),
+        };
+    }
+    m
+}
+
+#[test]
+fn stress_logs_exactly_what_the_store_holds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    let log = tmp.path().join("acks.log");
+    // Two runs: the second reuses (overwrites, removes) keys the first left.
+    for seed in ["1", "2"] {
+        let o = hotstore(&[
+            "stress",
+            p(&dir),
+            "--duration",
+            "0.5",
+            "--ack-log",
+            p(&log),
+            "--seed",
+            seed,
+            "--segment-size",
+            "1MiB",
+            "--max-value",
+            "64KiB",
+            "--keys",
+            "50",
+        ]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert!(stdout(&o).contains("ops/s"), "{}", stdout(&o));
+    }
+    let state = ack_state(&log);
+    assert!(state.values().any(Option::is_none), "some removals");
+    let live: BTreeMap<String, (u64, u32)> = state
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect();
+    let o = hotstore(&["dump", p(&dir), "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let dumped: BTreeMap<String, (u64, u32)> = stdout(&o)
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (
+                v["key"].as_str().unwrap().to_string(),
+                (
+                    v["len"].as_u64().unwrap(),
+                    v["crc32c"].as_u64().unwrap() as u32,
+                ),
+            )
+        })
+        .collect();
+    // No kill, so nothing was in flight: the store and the log agree exactly.
+    assert_eq!(dumped, live);
+    let o = hotstore(&["verify", p(&dir)]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+}
+
+fn check_bench_json(o: &Output, op: &str) -> Value {
+    assert_eq!(code(o), 0, "{}", stderr(o));
+    let text = stdout(o);
+    assert_eq!(
+        text.trim().lines().count(),
+        1,
+        "exactly one JSON object: {text}"
+    );
+    let v: Value = serde_json::from_str(text.trim()).expect("JSON");
+    for f in [
+        "ops_per_sec",
+        "bytes_per_sec",
+        "limit_bytes_per_sec",
+        "ratio",
+        "duration_secs",
+    ] {
+        assert!(v[f].as_f64().is_some_and(|x| x > 0.0), "{f} in {v}");
+    }
+    for f in ["limit_name", "durability", "dir", "domain"] {
+        assert!(v[f].as_str().is_some_and(|s| !s.is_empty()), "{f} in {v}");
+    }
+    assert_eq!(v["op"], op);
+    assert_eq!(v["value_size"], 100);
+    assert_eq!(v["threads"], 1);
+    assert_eq!(v["runs"].as_array().unwrap().len(), 1);
+    let ratio = v["bytes_per_sec"].as_f64().unwrap() / v["limit_bytes_per_sec"].as_f64().unwrap();
+    assert!((ratio - v["ratio"].as_f64().unwrap()).abs() < 1e-9 * ratio.max(1.0));
+    v
+}
+
+#[test]
+fn bench_put_and_get_print_their_json_fields() {
+    let o = hotstore(&[
+        "bench",
+        "put",
+        "--duration",
+        "0.3",
+        "--json",
+        "--value-size",
+        "100",
+        "--capacity",
+        "256MiB",
+        "--segment-size",
+        "4MiB",
+    ]);
+    let v = check_bench_json(&o, "put");
+    assert_eq!(v["durability"], "persisted");
+    let o = hotstore(&[
+        "bench",
+        "get",
+        "--duration",
+        "0.2",
+        "--json",
+        "--value-size",
+        "100",
+        "--key-count",
+        "5000",
+        "--order",
+        "random",
+        "--durability",
+        "memory",
+    ]);
+    let v = check_bench_json(&o, "get");
+    assert_eq!(v["key_count"], 5000);
+    assert!(v["copy_ops_per_sec"].as_f64().unwrap() > 0.0);
+}

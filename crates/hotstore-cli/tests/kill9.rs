@@ -1,0 +1,324 @@
+// Proves that every operation `hotstore stress` acknowledged survives repeated kill -9 byte for byte, and that a crashed store verifies intact.
+//
+// The supervisor runs `hotstore stress` on one store and SIGKILLs it at random moments
+// (50-400 ms after start) again and again; every stress run recovers the store left by the
+// previous kill. At check points (every CHECK_EVERY kills and after the last one) the store is
+// verified with `hotstore verify` in its crashed state, then opened with the library and
+// compared with the ack log:
+//
+// * a key whose last ack line is `del` must be absent: always, no exception;
+// * a key whose last ack line is `put <len> <crc32c>` must hold exactly that value;
+// * except for keys touched by an operation that was in flight when a kill came: stress
+//   writes a key's next operation only after the previous one was acknowledged and logged,
+//   and each thread has one operation in flight, so each kill can leave at most THREADS keys
+//   differing from their last ack line (an unlogged overwrite, an unlogged removal, or an
+//   unlogged new key). The check allows at most THREADS *new* differing keys per kill since
+//   the previous check point, and each differing value of 8 bytes or more must still be a
+//   well-formed stress value for its key (see `stress.rs`: seed, then SplitMix64 stream), so
+//   garbage or a value from another key is never excused.
+//
+// Run with `cargo test -p hotstore-cli --release`; the seed of each run is printed so a
+// failure can be replayed with HOTSTORE_KILL9_SEED.
+
+use hotstore::Store;
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hotstore");
+const THREADS: usize = 2;
+const KILLS: usize = 24;
+const CHECK_EVERY: usize = 4;
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// The value `hotstore stress` writes for `key`, `len` and `seed` (independent re-implementation).
+fn stress_value(key: &[u8], len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed ^ fnv1a64(key);
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut v = Vec::with_capacity(len);
+    if len >= 8 {
+        v.extend_from_slice(&seed.to_le_bytes());
+    }
+    while v.len() < len {
+        let x = next().to_le_bytes();
+        let n = (len - v.len()).min(8);
+        v.extend_from_slice(&x[..n]);
+    }
+    v
+}
+
+/// True if `value` could have been written by stress for `key` (unknowable below 8 bytes).
+fn well_formed(key: &[u8], value: &[u8]) -> bool {
+    if value.len() < 8 {
+        return true;
+    }
+    let seed = u64::from_le_bytes(value[..8].try_into().unwrap());
+    stress_value(key, value.len(), seed) == value
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    assert!(s.len().is_multiple_of(2) && !s.is_empty(), "bad hex {s:?}");
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Last {
+    Put { len: usize, crc: u32 },
+    Del,
+}
+
+struct Log {
+    last: HashMap<Vec<u8>, Last>,
+    lines: usize,
+    puts: usize,
+    overwrites: usize,
+    dels: usize,
+}
+
+/// Parses the ack log strictly; only a last line without its newline (cut by a kill) is ignored.
+fn read_log(path: &Path) -> Log {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let complete = text.rfind('\n').map_or(0, |p| p + 1);
+    let mut log = Log {
+        last: HashMap::new(),
+        lines: 0,
+        puts: 0,
+        overwrites: 0,
+        dels: 0,
+    };
+    for (i, line) in text[..complete].lines().enumerate() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (key, last) = match f.as_slice() {
+            ["put", k, len, crc] => (
+                unhex(k),
+                Last::Put {
+                    len: len.parse().expect("len"),
+                    crc: crc.parse().expect("crc"),
+                },
+            ),
+            ["del", k] => (unhex(k), Last::Del),
+            _ => panic!("ack log line {}: {line:?}", i + 1),
+        };
+        match (log.last.get(&key), last) {
+            (Some(Last::Del), _) => panic!("ack log line {}: key used after its removal", i + 1),
+            (Some(_), Last::Put { .. }) => log.overwrites += 1,
+            (None, Last::Put { .. }) => log.puts += 1,
+            (_, Last::Del) => log.dels += 1,
+        }
+        log.last.insert(key, last);
+        log.lines += 1;
+    }
+    log
+}
+
+/// Compares the store with the log; returns the keys that differ (each explained by an
+/// operation in flight at a kill), panicking on anything no in-flight operation explains.
+fn check_store(dir: &Path, log: &Log) -> BTreeMap<Vec<u8>, String> {
+    let store = Store::builder(dir)
+        .create_if_missing(false)
+        .open()
+        .expect("the crashed store opens (strict recovery)");
+    let mut present: HashMap<Vec<u8>, (usize, u32, bool)> = HashMap::new();
+    store
+        .for_each_checked(|k, v| {
+            present.insert(k.to_vec(), (v.len(), crc32c::crc32c(v), well_formed(k, v)));
+        })
+        .expect("every value reads back with a valid checksum");
+    store.close().expect("close");
+    let mut differ = BTreeMap::new();
+    for (key, last) in &log.last {
+        let got = present.get(key);
+        match (last, got) {
+            (Last::Del, Some(_)) => {
+                panic!("key {} was acknowledged removed but is present", hex(key))
+            }
+            (Last::Del, None) => {}
+            (Last::Put { len, crc }, Some(&(l, c, _))) if l == *len && c == *crc => {}
+            (Last::Put { len, crc }, Some(&(l, c, ok))) => {
+                assert!(
+                    ok,
+                    "key {}: value differs from its last ack (len {len} crc {crc}) and is not a \
+                     well-formed stress value (len {l} crc {c}): damaged",
+                    hex(key)
+                );
+                differ.insert(key.clone(), format!("overwritten in flight (len {l})"));
+            }
+            (Last::Put { len, .. }, None) => {
+                differ.insert(key.clone(), format!("removed in flight (acked len {len})"));
+            }
+        }
+    }
+    for (key, &(l, _, ok)) in &present {
+        if !log.last.contains_key(key) {
+            assert!(
+                ok,
+                "key {} never acknowledged and not well-formed",
+                hex(key)
+            );
+            differ.insert(key.clone(), format!("new key in flight (len {l})"));
+        }
+    }
+    differ
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn verify_exit(dir: &Path) -> (i32, String) {
+    let out = Command::new(BIN)
+        .arg("verify")
+        .arg(dir)
+        .output()
+        .expect("run hotstore verify");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// Kills stress KILLS times on a store under `base`, checking at every check point.
+fn crash_loop(name: &str, base: &Path, extra: &[&str]) {
+    let seed: u64 = std::env::var("HOTSTORE_KILL9_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("{name}: HOTSTORE_KILL9_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let tmp = tempfile::Builder::new()
+        .prefix("kill9-")
+        .tempdir_in(base)
+        .expect("tempdir");
+    let dir = tmp.path().join("store");
+    let log_path: PathBuf = tmp.path().join("acks.log");
+    let started = Instant::now();
+    let mut differ: BTreeMap<Vec<u8>, String> = BTreeMap::new();
+    let mut kills_since_check = 0;
+    let mut acked_runs = 0;
+    let mut prev_lines = 0;
+    for kill in 1..=KILLS {
+        let stderr_path = tmp.path().join("stress.stderr");
+        let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
+        let mut child = Command::new(BIN)
+            .arg("stress")
+            .arg(&dir)
+            .args(["--duration", "30", "--threads", &THREADS.to_string()])
+            .arg("--ack-log")
+            .arg(&log_path)
+            .args(["--seed", &rng.gen::<u64>().to_string()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn hotstore stress");
+        let delay = Duration::from_millis(rng.gen_range(50..=400));
+        std::thread::sleep(delay);
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            panic!(
+                "{name}: stress exited by itself ({status}) before kill {kill}: {}",
+                std::fs::read_to_string(&stderr_path).unwrap_or_default()
+            );
+        }
+        child.kill().expect("SIGKILL");
+        child.wait().expect("wait");
+        kills_since_check += 1;
+        let log = read_log(&log_path);
+        if log.lines > prev_lines {
+            acked_runs += 1;
+        }
+        prev_lines = log.lines;
+        if kill % CHECK_EVERY != 0 && kill != KILLS {
+            continue;
+        }
+        let (code, out) = verify_exit(&dir);
+        assert_eq!(code, 0, "{name}: hotstore verify after kill {kill}:\n{out}");
+        let now = check_store(&dir, &log);
+        let new: BTreeSet<&Vec<u8>> = now.keys().filter(|k| !differ.contains_key(*k)).collect();
+        eprintln!(
+            "{name}: kill {kill} after {delay:?}: {} ack lines, {} keys differ ({} new): {:?}",
+            log.lines,
+            now.len(),
+            new.len(),
+            now.values().collect::<Vec<_>>()
+        );
+        assert!(
+            new.len() <= THREADS * kills_since_check,
+            "{name}: {} keys newly differ from their last ack after {kills_since_check} kills of \
+             {THREADS} threads (at most one in-flight operation per thread per kill): {:?}",
+            new.len(),
+            now
+        );
+        differ = now;
+        kills_since_check = 0;
+    }
+    let log = read_log(&log_path);
+    eprintln!(
+        "{name}: {KILLS} kills in {:.1} s, {} ack lines ({} new keys, {} overwrites, {} removals), {acked_runs} runs acknowledged something",
+        started.elapsed().as_secs_f64(),
+        log.lines,
+        log.puts,
+        log.overwrites,
+        log.dels
+    );
+    // The test must have tested something: many acknowledged operations of every kind, and
+    // most runs got past recovery to do work before being killed.
+    assert!(log.lines >= 500, "{name}: only {} ack lines", log.lines);
+    assert!(log.puts > 0 && log.overwrites > 0 && log.dels > 0);
+    assert!(
+        acked_runs >= KILLS / 2,
+        "{name}: only {acked_runs} of {KILLS} runs did work"
+    );
+    let (code, out) = verify_exit(&dir);
+    assert_eq!(code, 0, "{name}: hotstore verify at the end:\n{out}");
+}
+
+/// Block tier (the target directory is on disk): Persisted means msync/fdatasync.
+#[test]
+fn kill9_block() {
+    crash_loop(
+        "block",
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &["--segment-size", "4MiB"],
+    );
+}
+
+/// Volatile tier (/dev/shm): far more operations per run, segments recycled constantly.
+#[test]
+fn kill9_memory() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("no /dev/shm: skipped");
+        return;
+    }
+    crash_loop(
+        "memory",
+        shm,
+        &[
+            "--segment-size",
+            "1MiB",
+            "--max-value",
+            "256KiB",
+            "--keys",
+            "300",
+        ],
+    );
+}
