@@ -83,7 +83,9 @@ impl Ord for IndexKey {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         match (self, other) {
             (IndexKey::Inline { len: la, bytes: a }, IndexKey::Inline { len: lb, bytes: b }) => {
-                let word = |x: &[u8; INLINE_KEY_LEN], i: usize| u64::from_be_bytes(x[i..i + 8].try_into().expect("8 bytes"));
+                let word = |x: &[u8; INLINE_KEY_LEN], i: usize| {
+                    u64::from_be_bytes(x[i..i + 8].try_into().expect("8 bytes"))
+                };
                 let tail = |x: &[u8; INLINE_KEY_LEN]| {
                     let mut t = [0u8; 8];
                     t[..INLINE_KEY_LEN - 16].copy_from_slice(&x[16..]);
@@ -191,7 +193,6 @@ impl Index {
         let mut merged: Vec<(Box<[u8]>, T)> = Vec::new();
         for shard in self.shards.iter() {
             let map = shard.read();
-            let mut taken = 0;
             // Fix (found by tests/model.rs): the cut-off must be the largest key merged from the
             // *earlier* shards, and only once they already fill `limit`. Comparing with the key
             // last pushed from this shard stopped early and let larger keys of earlier shards
@@ -199,16 +200,15 @@ impl Index {
             let cutoff: Option<Box<[u8]>> = (merged.len() >= limit)
                 .then(|| merged.last().map(|(k, _)| k.clone()))
                 .flatten();
-            for (k, loc) in map.range::<[u8], _>((Bound::Included(from), upper)) {
-                if taken == limit {
-                    break;
-                }
+            for (k, loc) in map
+                .range::<[u8], _>((Bound::Included(from), upper))
+                .take(limit)
+            {
                 // Skip what cannot make the cut: the merged list is kept at most `limit` long.
                 if cutoff.as_deref().is_some_and(|c| c < k.as_bytes()) {
                     break;
                 }
                 merged.push((k.as_bytes().into(), f(k, loc)));
-                taken += 1;
             }
             drop(map);
             merged.sort_by(|a, b| a.0.cmp(&b.0));
@@ -241,7 +241,11 @@ mod tests {
         ];
         for a in &keys {
             for b in &keys {
-                assert_eq!(IndexKey::new(a).cmp(&IndexKey::new(b)), a.cmp(b), "{a:?} vs {b:?}");
+                assert_eq!(
+                    IndexKey::new(a).cmp(&IndexKey::new(b)),
+                    a.cmp(b),
+                    "{a:?} vs {b:?}"
+                );
             }
         }
     }

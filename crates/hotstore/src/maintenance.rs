@@ -77,7 +77,7 @@ fn prepare(inner: &Inner) -> bool {
     inner
         .tiers
         .first()
-        .is_some_and(|t| t.prepare_one().unwrap_or(false))
+        .is_some_and(|t| t.prepare_one(inner.removal_reserve()).unwrap_or(false))
 }
 
 fn seal(inner: &Inner, seg: &Arc<Segment>) {

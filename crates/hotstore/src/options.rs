@@ -229,7 +229,7 @@ impl StoreOptions {
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |name, reason: String| Err(Error::InvalidOption { name, reason });
         if !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&self.segment_size_bytes)
-            || self.segment_size_bytes % 4096 != 0
+            || !self.segment_size_bytes.is_multiple_of(4096)
         {
             return bad(
                 "segment_size_bytes",

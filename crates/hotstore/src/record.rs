@@ -33,7 +33,7 @@ pub const RECORD_VERSION: u8 = 1;
 /// their own.
 pub const MAX_VALUE_LEN: u64 = 256 << 20;
 
-const _: () = assert!(HEADER_LEN % RECORD_ALIGN == 0);
+const _: () = assert!(HEADER_LEN.is_multiple_of(RECORD_ALIGN));
 const _: () = assert!(MAX_VALUE_LEN < u32::MAX as u64);
 const _: () = assert!(MAX_KEY_LEN < u16::MAX as usize);
 

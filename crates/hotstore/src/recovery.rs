@@ -61,7 +61,10 @@ fn next_valid(segment_id: u64, bytes: &[u8], from: usize) -> Option<usize> {
     let mut p = from.next_multiple_of(RECORD_ALIGN);
     while p + HEADER_LEN <= bytes.len() {
         // All-zero 4 KiB pages hold nothing: skip them whole (the common case after a tail).
-        if p % 4096 == 0 && p + 4096 <= bytes.len() && bytes[p..p + 4096].iter().all(|&b| b == 0) {
+        if p.is_multiple_of(4096)
+            && p + 4096 <= bytes.len()
+            && bytes[p..p + 4096].iter().all(|&b| b == 0)
+        {
             p += 4096;
             continue;
         }

@@ -186,7 +186,16 @@ impl Segment {
         self.region.len()
     }
 
-    /// Copies `bytes` to `offset`.
+    /// Copies key or value bytes to `offset` through the medium (may be a `pwrite`).
+    ///
+    /// # Safety
+    /// As for [`Segment::write_at`].
+    pub unsafe fn write_body(&self, offset: usize, bytes: &[u8], bulk: bool) -> crate::Result<()> {
+        // Safety: the caller's contract.
+        unsafe { self.region.write(offset, bytes, bulk) }
+    }
+
+    /// Copies `bytes` (a header: small) to `offset` through the mapping.
     ///
     /// # Safety
     /// The caller must own `[offset, offset + bytes.len())`: unpublished bytes of the segment it

@@ -91,6 +91,13 @@ thread_local! {
     static LANE: usize = NEXT_LANE.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Records with values at least this long are written as bulk (see `Region::write`).
+const BULK_VALUE_LEN: usize = 64 << 10;
+
+fn is_bulk(value_len: usize) -> bool {
+    value_len >= BULK_VALUE_LEN
+}
+
 fn check_value(len: usize) -> Result<()> {
     if len as u64 > MAX_VALUE_LEN {
         return Err(Error::ValueTooLarge {
@@ -299,9 +306,15 @@ impl Store {
         let (mut lane, seg, off) = self.inner.lane_with_room(rec_len, opts.full_wait, false)?;
         // Safety: [off, off + rec_len) is past `end` of the lane's active segment, which only
         // this lane (locked) writes.
-        unsafe {
-            seg.write_at(off + HEADER_LEN, key);
-            seg.write_at(off + HEADER_LEN + key.len(), value);
+        let written = unsafe {
+            seg.write_body(off + HEADER_LEN, key, false).and_then(|()| {
+                seg.write_body(off + HEADER_LEN + key.len(), value, is_bulk(value.len()))
+            })
+        };
+        if let Err(e) = written {
+            // Page-cache state after a failed write is unknown: refuse further writes.
+            self.inner.poison(&e);
+            return Err(e);
         }
         let mut shard = self.inner.index.shard(key).write();
         self.inner.publish(
@@ -313,7 +326,7 @@ impl Store {
             value.len(),
             body_crc,
             &mut shard,
-        );
+        )?;
         drop(shard);
         lane.puts += 1;
         self.inner.durable(lane, &seg, opts.durability)
@@ -346,7 +359,11 @@ impl Store {
 
     /// True if `key` is present.
     pub fn contains(&self, key: &[u8]) -> bool {
-        self.inner.index.shard(key).read().contains_key(&IndexKey::new(key))
+        self.inner
+            .index
+            .shard(key)
+            .read()
+            .contains_key(&IndexKey::new(key))
     }
 
     /// Removes `key` with a durable tombstone; returns whether it was present (nothing is
@@ -384,7 +401,7 @@ impl Store {
             0,
             body_crc,
             &mut shard,
-        );
+        )?;
         drop(shard);
         lane.removes += 1;
         self.inner.durable(lane, &seg, opts.durability)?;
@@ -571,7 +588,7 @@ impl Reservation<'_> {
             self.value_len,
             body_crc,
             &mut shard,
-        );
+        )?;
         drop(shard);
         self.lane.puts += 1;
         self.inner.durable(self.lane, &self.seg, durability)
@@ -694,7 +711,7 @@ impl Inner {
     }
 
     /// Standard segments kept free for tombstones: removals must work on a full store.
-    fn removal_reserve(&self) -> usize {
+    pub(crate) fn removal_reserve(&self) -> usize {
         self.lanes.len().min(2)
     }
 
@@ -730,13 +747,23 @@ impl Inner {
         value_len: usize,
         body_crc: u32,
         shard: &mut std::collections::BTreeMap<IndexKey, Loc>,
-    ) {
+    ) -> Result<()> {
         // Taken under the shard lock, so per key the index order is the lsn order.
         let lsn = self.next_lsn.fetch_add(1, Ordering::Relaxed);
         let header = record::encode_header_with(seg.id, kind, key.len(), value_len, lsn, body_crc);
         let rec_len = record::record_len(key.len(), value_len);
-        // Safety: the header slot of our unpublished record.
-        unsafe { seg.write_at(off, &header) };
+        if is_bulk(value_len) {
+            // Through the medium like the value (pwrite on block tiers), so the header never
+            // waits on a page under write-back. A failure leaves the record unpublished.
+            // Safety: the header slot of our unpublished record.
+            if let Err(e) = unsafe { seg.write_body(off, &header, true) } {
+                self.poison(&e);
+                return Err(e);
+            }
+        } else {
+            // Safety: the header slot of our unpublished record.
+            unsafe { seg.write_at(off, &header) };
+        }
         seg.end.store(off + rec_len, Ordering::Release);
         let len = rec_len as u64;
         let old = match kind {
@@ -768,6 +795,7 @@ impl Inner {
                 self.maybe_reclaim(&old.seg);
             }
         }
+        Ok(())
     }
 
     /// A removal found nothing to remove: with `Persisted`, the absence it reports must

@@ -99,6 +99,15 @@ impl Tier {
     /// `reserve` standard files' worth of space must remain afterwards, so that a full store
     /// can still take the tombstones that free it.
     pub fn take(&self, len: usize, reserve: usize) -> Result<Option<SlotRegion>> {
+        // Fix (found by tests/full.rs): on a tier bounded only by its device, a put must leave
+        // `reserve` pooled files too: once the device is full they are the only room the
+        // tombstones that free it have (after a reopen, when no lane has an active segment,
+        // the only room at all). So the pool is topped up to `reserve` first, and a put only
+        // takes a pooled file beyond those; else it creates one, which a full device refuses.
+        let held_back = if self.capacity_bytes == 0 { reserve } else { 0 };
+        if held_back > 0 && !self.top_up(held_back)? {
+            return Ok(None);
+        }
         let slot = {
             let mut s = self.state.lock();
             if reserve > 0 && self.capacity_bytes > 0 {
@@ -109,7 +118,7 @@ impl Tier {
                     return Ok(None);
                 }
             }
-            if len == self.segment_size {
+            if len == self.segment_size && s.free.len() + s.ready.len() > held_back {
                 if let Some(r) = s.free.pop().or_else(|| s.ready.pop()) {
                     return Ok(Some(r));
                 }
@@ -122,6 +131,28 @@ impl Tier {
             s.next_slot - 1
         };
         self.create(slot, len)
+    }
+
+    /// Creates ready files until `want` files are pooled; false if the tier or device is full.
+    fn top_up(&self, want: usize) -> Result<bool> {
+        loop {
+            let slot = {
+                let mut s = self.state.lock();
+                if s.free.len() + s.ready.len() >= want {
+                    return Ok(true);
+                }
+                if !self.fits(&s, self.segment_size) {
+                    return Ok(false);
+                }
+                s.used_bytes += self.segment_size as u64;
+                s.next_slot += 1;
+                s.next_slot - 1
+            };
+            match self.create(slot, self.segment_size)? {
+                Some(r) => self.state.lock().ready.push(r),
+                None => return Ok(false),
+            }
+        }
     }
 
     fn create(&self, slot: u32, len: usize) -> Result<Option<SlotRegion>> {
@@ -143,12 +174,15 @@ impl Tier {
         }
     }
 
-    /// Creates one ready file if the stock is low and there is room; true if it did.
-    pub fn prepare_one(&self) -> Result<bool> {
+    /// Creates one ready file if the stock is low and there is room; true if it did. On a tier
+    /// bounded only by its device, the stock also covers the `reserve` files puts leave to
+    /// removals (see [`Tier::take`]).
+    pub fn prepare_one(&self, reserve: usize) -> Result<bool> {
+        let target = READY_TARGET + if self.capacity_bytes == 0 { reserve } else { 0 };
         let slot = {
             let mut s = self.state.lock();
             if s.device_full
-                || s.free.len() + s.ready.len() >= READY_TARGET
+                || s.free.len() + s.ready.len() >= target
                 || !self.fits(&s, self.segment_size)
             {
                 return Ok(false);

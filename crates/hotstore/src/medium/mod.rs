@@ -101,6 +101,27 @@ pub trait Region: Send + Sync {
     }
     /// Base address of the mapping; valid for `len()` bytes while `self` lives.
     fn as_ptr(&self) -> *mut u8;
+    /// Copies `bytes` to `offset` (default: a memcpy through the mapping). `bulk` marks a part
+    /// of a large record: a medium may then use another way that ends in the same page-cache
+    /// bytes (`pwrite` on a block tier: no page faults, no per-page dirty tracking, and no
+    /// waiting on a page under write-back).
+    ///
+    /// # Safety
+    /// The caller must own `[offset, offset + bytes.len())` (no concurrent reader or writer),
+    /// and it must lie inside the region.
+    unsafe fn write(&self, offset: usize, bytes: &[u8], bulk: bool) -> Result<()> {
+        let _ = bulk;
+        assert!(
+            offset + bytes.len() <= self.len(),
+            "write past the end of {}",
+            self.path().display()
+        );
+        // Safety: in bounds (asserted); the caller owns the range.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.as_ptr().add(offset), bytes.len())
+        };
+        Ok(())
+    }
     /// Makes bytes `[offset, offset + len)` durable in the medium's domain. A no-op on a
     /// volatile medium. After an error the caller must assume nothing past the last success
     /// is durable.
