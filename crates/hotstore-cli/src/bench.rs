@@ -71,6 +71,10 @@ pub struct Config {
     pub capacity: Option<u64>,
     /// Measurements to take the median of.
     pub repeat: usize,
+    /// Verify each record's checksum on reads (the engine default).
+    pub verify_on_read: bool,
+    /// put: keys each thread keeps; past it each put removes the thread's oldest key (0: all).
+    pub keep: u64,
     /// One JSON object instead of text.
     pub json: bool,
 }
@@ -105,6 +109,9 @@ struct Report {
     domain: Domain,
     segment_size: u64,
     capacity_bytes: u64,
+    verify_on_read: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    keep: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     key_count: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -285,6 +292,7 @@ fn fresh_store(
         .segment_size_bytes(usize::try_from(segment_size).unwrap_or(usize::MAX))
         .lanes(cfg.threads.max(default_lanes))
         .tier(TierSpec::new(".").capacity_bytes(capacity))
+        .verify_on_read(cfg.verify_on_read)
         .open()?;
     Ok((tmp, store))
 }
@@ -314,6 +322,17 @@ fn put_run(base: &Path, cfg: &Config, seg: u64, cap: u64) -> CliResult<(Run, Dom
                     return;
                 }
                 Err(e) => return flags.fail(e.to_string()),
+            }
+            if cfg.keep > 0 && n >= cfg.keep {
+                match store.remove(&key(t, n - cfg.keep), cfg.durability) {
+                    Ok(true) => {}
+                    Ok(false) => return flags.fail(format!("key {} vanished", n - cfg.keep)),
+                    Err(e) if e.is_full() => {
+                        flags.full.store(true, Ordering::Release);
+                        return;
+                    }
+                    Err(e) => return flags.fail(e.to_string()),
+                }
             }
             n += 1;
             counter.store(n, Ordering::Relaxed);
@@ -502,6 +521,8 @@ pub fn run(cfg: &Config) -> CliResult<()> {
         domain,
         segment_size: seg,
         capacity_bytes: cap,
+        verify_on_read: cfg.verify_on_read,
+        keep: (cfg.op == Op::Put && cfg.keep > 0).then_some(cfg.keep),
         key_count,
         order: (cfg.op == Op::Get).then_some(cfg.order),
         ops_per_sec: m.ops_per_sec,
@@ -550,12 +571,22 @@ fn print_human(out: &mut Out, r: &Report) -> CliResult<()> {
         human_bytes(r.segment_size as f64),
         human_bytes(r.capacity_bytes as f64)
     ))?;
+    if let Some(k) = r.keep {
+        out.line(format_args!(
+            "keys:   each thread keeps its newest {k} keys: every put also removes the oldest"
+        ))?;
+    }
     if let (Some(n), Some(order)) = (r.key_count, r.order) {
         out.line(format_args!(
-            "keys:   {n} keys, {} order",
+            "keys:   {n} keys, {} order, checksums {} on reads",
             match order {
                 Order::Seq => "sequential",
                 Order::Random => "random",
+            },
+            if r.verify_on_read {
+                "verified"
+            } else {
+                "NOT verified"
             }
         ))?;
     }

@@ -179,7 +179,9 @@ struct StressArgs {
 /// put: each thread writes new 16-byte fragment keys (run = thread number, event increasing)
 /// with one prefilled value. The store's capacity is bounded (see --capacity); when it is
 /// full the run stops early and the figures cover the measured window until then (reported as
-/// `stopped_full`). Each --repeat run uses a fresh store.
+/// `stopped_full`). With --keep N each put also removes the thread's oldest key beyond N, a
+/// steady state that reuses recycled segments and never fills. Each --repeat run uses a fresh
+/// store.
 ///
 /// get: first writes --key-count keys, then each thread reads them in sequential or random
 /// order, zero-copy (`get_with`, touching the first byte), and then for another DURATION with
@@ -231,6 +233,17 @@ struct BenchArgs {
     /// Runs to take the median of.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
     repeat: u16,
+    /// put only: keys each thread keeps. 0 (default): keep every key and stop when the store
+    /// is full, which on a fresh store measures writing into newly allocated files. N > 0:
+    /// once a thread holds N keys, each put is followed by the removal of its oldest key (the
+    /// DAQ steady state: readout writes, a consumer removes), so segments are recycled and
+    /// reused and the run never fills the store; ops/s counts puts, removal cost included.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    keep: u64,
+    /// Do not verify each record's checksum on reads (the engine verifies by default; for
+    /// large values the checksum, not the copy, bounds `get`).
+    #[arg(long)]
+    no_verify_on_read: bool,
 }
 
 fn run(cli: Cli) -> CliResult<ExitCode> {
@@ -262,6 +275,8 @@ fn run(cli: Cli) -> CliResult<ExitCode> {
             segment_size: a.segment_size,
             capacity: a.capacity,
             repeat: a.repeat as usize,
+            verify_on_read: !a.no_verify_on_read,
+            keep: a.keep,
             json: a.json,
         })?,
     }
