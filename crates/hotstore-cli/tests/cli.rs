@@ -4,12 +4,31 @@ use hotstore::{Durability, FragmentKey, Store};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hotstore");
 
+/// Held while this process has a store open and while it starts a child: a child forked while
+/// another test thread has its store open inherits the store's LOCK descriptor until it execs,
+/// and a command starting in that moment would find the store locked.
+static FORK_GUARD: Mutex<()> = Mutex::new(());
+
+fn fork_guard() -> MutexGuard<'static, ()> {
+    FORK_GUARD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn hotstore(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("run hotstore")
+    let child = {
+        let _guard = fork_guard();
+        Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run hotstore")
+    };
+    child.wait_with_output().expect("wait for hotstore")
 }
 
 fn stdout(o: &Output) -> String {
@@ -44,6 +63,7 @@ fn expected() -> BTreeMap<Vec<u8>, Vec<u8>> {
 /// A small store written with the library: 200 fragments and one blob key; one extra key
 /// was written and removed again.
 fn make_store(dir: &Path) {
+    let _guard = fork_guard();
     let store = Store::builder(dir)
         .segment_size_bytes(1 << 20)
         .open()

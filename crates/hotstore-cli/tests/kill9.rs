@@ -25,12 +25,22 @@ use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hotstore");
 const THREADS: usize = 2;
 const KILLS: usize = 24;
 const CHECK_EVERY: usize = 4;
+
+/// Held while this process has a store open and while it starts a child: a child forked while
+/// another test thread has its store open inherits the store's LOCK descriptor until it execs,
+/// and a stress run starting in that moment would find the store locked.
+static FORK_GUARD: Mutex<()> = Mutex::new(());
+
+fn fork_guard() -> MutexGuard<'static, ()> {
+    FORK_GUARD.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn fnv1a64(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -133,6 +143,7 @@ fn read_log(path: &Path) -> Log {
 /// Compares the store with the log; returns the keys that differ (each explained by an
 /// operation in flight at a kill), panicking on anything no in-flight operation explains.
 fn check_store(dir: &Path, log: &Log) -> BTreeMap<Vec<u8>, String> {
+    let guard = fork_guard();
     let store = Store::builder(dir)
         .create_if_missing(false)
         .open()
@@ -144,6 +155,7 @@ fn check_store(dir: &Path, log: &Log) -> BTreeMap<Vec<u8>, String> {
         })
         .expect("every value reads back with a valid checksum");
     store.close().expect("close");
+    drop(guard);
     let mut differ = BTreeMap::new();
     for (key, last) in &log.last {
         let got = present.get(key);
@@ -185,11 +197,11 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn verify_exit(dir: &Path) -> (i32, String) {
-    let out = Command::new(BIN)
-        .arg("verify")
-        .arg(dir)
-        .output()
-        .expect("run hotstore verify");
+    let out = {
+        let _guard = fork_guard();
+        Command::new(BIN).arg("verify").arg(dir).output()
+    }
+    .expect("run hotstore verify");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
@@ -218,6 +230,7 @@ fn crash_loop(name: &str, base: &Path, extra: &[&str]) {
     for kill in 1..=KILLS {
         let stderr_path = tmp.path().join("stress.stderr");
         let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
+        let guard = fork_guard();
         let mut child = Command::new(BIN)
             .arg("stress")
             .arg(&dir)
@@ -230,6 +243,7 @@ fn crash_loop(name: &str, base: &Path, extra: &[&str]) {
             .stderr(stderr)
             .spawn()
             .expect("spawn hotstore stress");
+        drop(guard); // spawn returns once the child has exec'd
         let delay = Duration::from_millis(rng.gen_range(50..=400));
         std::thread::sleep(delay);
         if let Some(status) = child.try_wait().expect("try_wait") {
