@@ -121,8 +121,10 @@ impl From<DurabilityArg> for Durability {
 /// threads for DURATION seconds. Each thread writes new keys (16-byte fragment keys and longer
 /// blob keys, tagged with a random per-run nonce), overwrites and removes keys it owns, with
 /// value sizes log-uniform between 1 byte and --max-value (mostly small, some large). Keys the
-/// ack log says are present from earlier runs are shared out among the threads and reused, so
-/// a store can be killed and restarted any number of times. When the store is full, a thread
+/// ack log says are present from earlier runs, and stress keys in the store the log never
+/// mentions (a put in flight, never acknowledged, when an earlier run was killed), are shared
+/// out among the threads and reused, so a store can be killed and restarted any number of
+/// times. When the store is full, a thread
 /// removes the oldest quarter of its keys and continues.
 ///
 /// After the store acknowledges an operation, one line is appended to the ack log with a

@@ -5,8 +5,10 @@
 //! Each thread owns its keys: the ones it creates (fragment keys `run = nonce, event = n,
 //! detector = thread` and blob keys `stress-<nonce>-<thread>-<n>`, with a random 32-bit nonce
 //! per process run not used by any key in the log) and a share (by key hash) of the keys the
-//! ack log says are present from earlier runs. So each key has at most one operation in flight
-//! at any moment, and a key is never written again after its removal.
+//! ack log says are present from earlier runs, plus of the keys the store holds that the log
+//! never mentions (puts in flight, never acknowledged, when an earlier run was killed). So
+//! each key has at most one operation in flight at any moment, and a key is never written
+//! again after its removal.
 //!
 //! Values are self-describing so that a checker can recognise a value written by an operation
 //! that was in flight (never acknowledged) when the process died: a value of `len >= 8` bytes
@@ -326,7 +328,22 @@ pub fn run(cfg: &Config) -> CliResult<()> {
         Some(s) => StdRng::seed_from_u64(s),
         None => StdRng::from_entropy(),
     };
-    let used: HashSet<u32> = acked.keys().filter_map(|k| key_nonce(k)).collect();
+    // Keys in the store the log never mentions: puts that were in flight (done, never
+    // acknowledged) when an earlier run died. Adopted like the logged ones, oldest first, so
+    // they are removed or overwritten in time instead of holding their segments forever. A
+    // present key whose last ack line is `del` is never adopted: that would be a lost removal
+    // for a checker to find.
+    let orphans: Vec<Vec<u8>> = store
+        .range_keys(&[], None, usize::MAX)
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| !acked.contains_key(k) && key_nonce(k).is_some())
+        .collect();
+    let used: HashSet<u32> = acked
+        .keys()
+        .chain(&orphans)
+        .filter_map(|k| key_nonce(k))
+        .collect();
     let nonce = loop {
         let n: u32 = rng.gen();
         if !used.contains(&n) {
@@ -339,6 +356,11 @@ pub fn run(cfg: &Config) -> CliResult<()> {
             let t = (fnv1a64(&key) % cfg.threads as u64) as usize;
             shares[t].push((key, line_no));
         }
+    }
+    let adopted = orphans.len();
+    for key in orphans {
+        let t = (fnv1a64(&key) % cfg.threads as u64) as usize;
+        shares[t].push((key, 0));
     }
     let inherited: usize = shares.iter().map(Vec::len).sum();
     let seeds: Vec<u64> = (0..cfg.threads).map(|_| rng.gen()).collect();
@@ -401,7 +423,7 @@ pub fn run(cfg: &Config) -> CliResult<()> {
     }
     closed?;
     println!(
-        "stress: {} threads, {elapsed:.1} s, nonce {nonce:08x}, {inherited} keys inherited: {} ops ({} new puts, {} overwrites, {} removes), {} of values; {} ops/s, {}/s; store full {} times",
+        "stress: {} threads, {elapsed:.1} s, nonce {nonce:08x}, {inherited} keys inherited ({adopted} unacknowledged): {} ops ({} new puts, {} overwrites, {} removes), {} of values; {} ops/s, {}/s; store full {} times",
         cfg.threads,
         total.ops(),
         total.new_puts,
