@@ -141,7 +141,7 @@ struct StressArgs {
     /// Store directory (created if missing).
     dir: PathBuf,
     /// How long to run, in seconds (fractions allowed).
-    #[arg(long, value_parser = parse_secs)]
+    #[arg(long, value_parser = parse_secs, value_name = "SECS")]
     duration: f64,
     /// Acknowledgement log: appended to, created if missing; its keys are reused.
     #[arg(long, value_name = "FILE")]
