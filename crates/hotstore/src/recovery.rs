@@ -333,6 +333,12 @@ pub fn recover(tiers: &[Tier], index: &Index, mode: RecoveryMode) -> Result<Reco
                     // too, so a new segment never gets an id whose old records are still in
                     // some file (they would validate again).
                     max_segment_id = max_segment_id.max(h.id).max(h.retired_id);
+                    // Fix (found by tests/model.rs, kill -9 then power cut): after a kill -9
+                    // the free header may be in the page cache only (killed between writing and
+                    // persisting it). This store will recycle the segments whose records kept
+                    // this file's records dead; if the device still held the old header, a
+                    // power cut would bring them back. Make the header durable first.
+                    region.persist(0, len.min(SEGMENT_HEADER_LEN))?;
                     report.segments_free += 1;
                     adopt_free(tier, slot, name, region)?;
                     continue;

@@ -240,7 +240,7 @@ impl Segment {
         }
         .encode();
         // Safety: nobody else writes this incarnation yet; the header page is ours.
-        unsafe { self.write_at(0, &h) };
+        unsafe { self.region.write(0, &h, false)? };
         self.region.persist(0, h.len())
     }
 
@@ -255,7 +255,7 @@ impl Segment {
         }
         .encode();
         // Safety: the segment is dead and unreferenced (checked by the recycler).
-        unsafe { self.write_at(0, &h) };
+        unsafe { self.region.write(0, &h, false)? };
         self.region.persist(0, h.len())
     }
 

@@ -7,7 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::medium::{Domain, Medium, Region};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
 
 /// Ready (pre-faulted) files kept in stock per tier.
@@ -23,6 +23,9 @@ struct TierState {
     ready: Vec<SlotRegion>,
     /// The device said ENOSPC: do not pre-create until space is given back.
     device_full: bool,
+    /// Ready files being created right now (their space is counted in `used_bytes` but they
+    /// are not pooled yet).
+    preparing: usize,
 }
 
 /// One tier of the store.
@@ -36,6 +39,8 @@ pub struct Tier {
     /// Standard segment file size.
     pub segment_size: usize,
     state: Mutex<TierState>,
+    /// Signalled when a file being prepared is pooled (or failed).
+    prepared: Condvar,
 }
 
 fn is_enospc(e: &Error) -> bool {
@@ -61,7 +66,9 @@ impl Tier {
                 free: Vec::new(),
                 ready: Vec::new(),
                 device_full: false,
+                preparing: 0,
             }),
+            prepared: Condvar::new(),
         }
     }
 
@@ -108,37 +115,79 @@ impl Tier {
         if held_back > 0 && !self.top_up(held_back)? {
             return Ok(None);
         }
-        let slot = {
-            let mut s = self.state.lock();
-            if reserve > 0 && self.capacity_bytes > 0 {
-                let pooled = (s.free.len() + s.ready.len()) as u64 * self.segment_size as u64;
-                let unallocated = self.capacity_bytes.saturating_sub(s.used_bytes);
-                let needed = len as u64 + reserve as u64 * self.segment_size as u64;
-                if pooled + unallocated < needed {
-                    return Ok(None);
+        // Fix (found by tests/full.rs): a file the maintenance thread is preparing is room
+        // too. Its space is already counted as used but it is not pooled yet, so a put racing
+        // the preparation answered StoreFull with a file about to be ready: wait for it.
+        loop {
+            let slot = {
+                let mut s = self.state.lock();
+                loop {
+                    let pooled = s.free.len() + s.ready.len();
+                    let mut room = true;
+                    if reserve > 0 && self.capacity_bytes > 0 {
+                        let unallocated = self.capacity_bytes.saturating_sub(s.used_bytes);
+                        let needed = len as u64 + reserve as u64 * self.segment_size as u64;
+                        room = pooled as u64 * self.segment_size as u64 + unallocated >= needed;
+                    }
+                    if room && len == self.segment_size && pooled > held_back {
+                        if let Some(r) = s.free.pop().or_else(|| s.ready.pop()) {
+                            return Ok(Some(r));
+                        }
+                    }
+                    if room && self.fits(&s, len) {
+                        break;
+                    }
+                    if s.preparing == 0 {
+                        return Ok(None);
+                    }
+                    self.prepared.wait(&mut s);
                 }
+                s.used_bytes += len as u64;
+                s.next_slot += 1;
+                s.next_slot - 1
+            };
+            if let Some(r) = self.create(slot, len)? {
+                return Ok(Some(r));
             }
-            if len == self.segment_size && s.free.len() + s.ready.len() > held_back {
-                if let Some(r) = s.free.pop().or_else(|| s.ready.pop()) {
-                    return Ok(Some(r));
-                }
-            }
-            if !self.fits(&s, len) {
+            // The device is full; a file prepared meanwhile may be the room that is left.
+            let s = self.state.lock();
+            let pooled = s.free.len() + s.ready.len();
+            if s.preparing == 0 && !(len == self.segment_size && pooled > held_back) {
                 return Ok(None);
             }
-            s.used_bytes += len as u64;
-            s.next_slot += 1;
-            s.next_slot - 1
+        }
+    }
+
+    /// Creates the ready file of `slot` (reserved by the caller, and counted in `preparing`)
+    /// and pools it; false if the device is full.
+    fn finish_ready(&self, slot: u32) -> Result<bool> {
+        let made = self.create(slot, self.segment_size);
+        let mut s = self.state.lock();
+        s.preparing -= 1;
+        let pooled = match made {
+            Ok(Some(r)) => {
+                s.ready.push(r);
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => Err(e),
         };
-        self.create(slot, len)
+        drop(s);
+        self.prepared.notify_all();
+        pooled
     }
 
     /// Creates ready files until `want` files are pooled; false if the tier or device is full.
     fn top_up(&self, want: usize) -> Result<bool> {
+        let pooled = |s: &TierState| s.free.len() + s.ready.len();
         loop {
             let slot = {
                 let mut s = self.state.lock();
-                if s.free.len() + s.ready.len() >= want {
+                // Files being prepared may be enough.
+                while s.preparing > 0 && pooled(&s) < want {
+                    self.prepared.wait(&mut s);
+                }
+                if pooled(&s) >= want {
                     return Ok(true);
                 }
                 if !self.fits(&s, self.segment_size) {
@@ -146,11 +195,15 @@ impl Tier {
                 }
                 s.used_bytes += self.segment_size as u64;
                 s.next_slot += 1;
+                s.preparing += 1;
                 s.next_slot - 1
             };
-            match self.create(slot, self.segment_size)? {
-                Some(r) => self.state.lock().ready.push(r),
-                None => return Ok(false),
+            if !self.finish_ready(slot)? {
+                let mut s = self.state.lock();
+                while s.preparing > 0 && pooled(&s) < want {
+                    self.prepared.wait(&mut s);
+                }
+                return Ok(pooled(&s) >= want);
             }
         }
     }
@@ -189,15 +242,10 @@ impl Tier {
             }
             s.used_bytes += self.segment_size as u64;
             s.next_slot += 1;
+            s.preparing += 1;
             s.next_slot - 1
         };
-        match self.create(slot, self.segment_size)? {
-            Some(r) => {
-                self.state.lock().ready.push(r);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        self.finish_ready(slot)
     }
 
     /// Creates ready files until `bytes` of free and ready files exist (or the tier is full);

@@ -1,0 +1,472 @@
+//! Proves that recovery keeps exactly the intact prefix of a torn tail, refuses (Strict) or skips exactly (Salvage) damage, survives bad summaries and headers, and never panics.
+
+use hotstore::medium::{FaultMedium, Medium};
+use hotstore::record::HEADER_LEN;
+use hotstore::recovery::scan;
+use hotstore::segment::SegmentHeader;
+use hotstore::summary::Entry;
+use hotstore::{Durability, Error, FragmentKey, RecoveryMode, Store};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+const SEGMENT_BYTES: usize = 64 << 10;
+
+fn open(m: &Arc<FaultMedium>, mode: RecoveryMode) -> hotstore::Result<Store> {
+    Store::builder("/damage")
+        .segment_size_bytes(SEGMENT_BYTES)
+        .lanes(1)
+        .recovery(mode)
+        .media(vec![m.clone()])
+        .open()
+}
+
+/// The bytes of region `name` (all writes in these tests are persisted, so the durable and
+/// live images are the same).
+fn image(m: &FaultMedium, name: &str) -> Vec<u8> {
+    let out = RefCell::new(Vec::new());
+    assert!(m.tamper(name, |b| *out.borrow_mut() = b.to_vec()));
+    out.into_inner()
+}
+
+/// A copy of a medium to damage (what the device holds; the store on the original is alive).
+fn copy(m: &FaultMedium) -> Arc<FaultMedium> {
+    m.crash(None)
+}
+
+struct Tail {
+    name: String,
+    path: PathBuf,
+    id: u64,
+    bytes: Vec<u8>,
+    entries: Vec<Entry>,
+}
+
+impl Tail {
+    fn start(&self, i: usize) -> usize {
+        self.entries[i].offset as usize
+    }
+    /// End of record `i` without its padding.
+    fn data_end(&self, i: usize) -> usize {
+        let e = &self.entries[i];
+        self.start(i) + HEADER_LEN + e.key.len() + e.value_len as usize
+    }
+    fn value(&self, i: usize) -> Vec<u8> {
+        let e = &self.entries[i];
+        let at = self.start(i) + HEADER_LEN + e.key.len();
+        self.bytes[at..at + e.value_len as usize].to_vec()
+    }
+    /// Contents after replaying the records for which `keep(i)` holds, in order.
+    fn replay(&self, keep: impl Fn(usize) -> bool) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        let mut m = BTreeMap::new();
+        for (i, e) in self.entries.iter().enumerate() {
+            if !keep(i) {
+                continue;
+            }
+            match e.kind {
+                hotstore::record::Kind::Put => m.insert(e.key.to_vec(), self.value(i)),
+                hotstore::record::Kind::Tombstone => m.remove(&*e.key),
+            };
+        }
+        m
+    }
+}
+
+/// The segment with the highest id that holds records.
+fn tail(m: &FaultMedium) -> Tail {
+    let mut best: Option<Tail> = None;
+    for name in m.region_names() {
+        let bytes = image(m, &name);
+        let Ok(h) = SegmentHeader::decode(&bytes) else {
+            continue;
+        };
+        if h.id == 0 || best.as_ref().is_some_and(|b| b.id > h.id) {
+            continue;
+        }
+        let s = scan(h.id, &bytes, false).expect("undamaged segment scans");
+        if s.entries.is_empty() {
+            continue;
+        }
+        best = Some(Tail {
+            path: PathBuf::from(format!("mem:damage/{name}")),
+            name,
+            id: h.id,
+            bytes,
+            entries: s.entries,
+        });
+    }
+    best.expect("a segment with records")
+}
+
+fn key(i: u64) -> Vec<u8> {
+    if i % 4 == 3 {
+        format!("blob-{i}").into_bytes()
+    } else {
+        FragmentKey::new(3, i, 1, 2).to_bytes().to_vec()
+    }
+}
+
+/// A store whose tail segment (still open, no summary) holds `n` records of mixed sizes,
+/// including overwrites and removals; returns a kill -9 snapshot of it.
+fn store_with_open_tail(n: u64, sizes: &[usize]) -> Arc<FaultMedium> {
+    let m = FaultMedium::new("damage");
+    let s = open(&m, RecoveryMode::Strict).unwrap();
+    for i in 0..n {
+        let len = sizes[i as usize % sizes.len()];
+        let k = key(i % 13);
+        if i % 7 == 6 {
+            s.remove(&k, Durability::Persisted).unwrap();
+        } else {
+            // Never zero, so a value cut short is always different.
+            let v: Vec<u8> = (0..len).map(|j| (i as usize * 7 + j) as u8 | 1).collect();
+            s.put(&k, &v, Durability::Persisted).unwrap();
+        }
+    }
+    let snap = m.process_crash();
+    drop(s);
+    snap
+}
+
+fn contents(s: &Store) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let all = s.range(&[], None, usize::MAX).expect("range");
+    assert_eq!(all.len() as u64, s.stats().entries);
+    all.into_iter().collect()
+}
+
+/// Zeroing the tail from any byte of its last three records on: Strict opens and holds
+/// exactly the records before the first damaged one.
+#[test]
+fn torn_tail_at_every_byte_keeps_exactly_the_intact_prefix() {
+    let m = store_with_open_tail(40, &[20, 300, 1200, 0, 64]);
+    let t = tail(&m);
+    let n = t.entries.len();
+    assert!(n >= 30, "records went elsewhere: {n} in the tail");
+    let mut checked = 0;
+    for last in n - 3..n {
+        for p in t.start(last)..t.data_end(last) {
+            let d = copy(&m);
+            assert!(d.tamper(&t.name, |b| b[p..].fill(0)));
+            // Intact: records whose bytes from `p` on were zero already (or end before `p`).
+            let intact = |i: usize| {
+                let (s, e) = (t.start(i), t.data_end(i));
+                e <= p || t.bytes[p.max(s)..e].iter().all(|&b| b == 0)
+            };
+            let prefix = (0..n).take_while(|&i| intact(i)).count();
+            let s = open(&d, RecoveryMode::Strict)
+                .unwrap_or_else(|e| panic!("zeroed from {p}: strict open failed: {e}"));
+            assert!(s.recovery_report().skipped.is_empty());
+            assert_eq!(
+                contents(&s),
+                t.replay(|i| i < prefix),
+                "zeroed from byte {p} (record {last} at {}): not the first {prefix} records",
+                t.start(last)
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 500, "only {checked} cut points");
+}
+
+/// A bit flip in a record followed by intact records: Strict refuses with the segment file and
+/// the record's offset; Salvage keeps every other record and names exactly the skipped range.
+#[test]
+fn bit_flip_mid_segment_strict_refuses_salvage_skips() {
+    let m = store_with_open_tail(30, &[40, 700, 5, 2000]);
+    let t = tail(&m);
+    let n = t.entries.len();
+    for i in 0..n - 1 {
+        let (s0, e0) = (t.start(i), t.data_end(i));
+        let key_at = s0 + HEADER_LEN;
+        // checksum, magic, kind, key length, value length, lsn, first key byte, last data byte
+        let mut at = vec![s0, s0 + 4, s0 + 7, s0 + 8, s0 + 12, s0 + 20, key_at, e0 - 1];
+        at.dedup();
+        for &byte in &at {
+            for bit in [0u8, 5] {
+                let d = copy(&m);
+                assert!(d.tamper(&t.name, |b| b[byte] ^= 1 << bit));
+                let what = format!("record {i} at {s0}, flip of bit {bit} of byte {byte}");
+                match open(&d, RecoveryMode::Strict) {
+                    Err(Error::Corruption { file, offset, .. }) => {
+                        assert_eq!(file, t.path, "{what}");
+                        assert_eq!(offset, s0 as u64, "{what}");
+                    }
+                    Err(e) => panic!("{what}: wrong error {e}"),
+                    Ok(_) => panic!("{what}: strict open accepted mid-segment damage"),
+                }
+                let s = open(&d, RecoveryMode::Salvage)
+                    .unwrap_or_else(|e| panic!("{what}: salvage failed: {e}"));
+                assert_eq!(
+                    s.recovery_report().skipped,
+                    vec![(t.path.clone(), s0 as u64..t.start(i + 1) as u64)],
+                    "{what}"
+                );
+                assert_eq!(contents(&s), t.replay(|j| j != i), "{what}");
+                drop(s);
+                // Salvage left a summary without the damage: the next Strict open is clean.
+                let s = open(&d, RecoveryMode::Strict)
+                    .unwrap_or_else(|e| panic!("{what}: strict after salvage failed: {e}"));
+                assert_eq!(contents(&s), t.replay(|j| j != i), "{what}, reopened");
+            }
+        }
+    }
+}
+
+/// Damage in the last record cannot be told from a torn write: Strict cuts it as a tail.
+#[test]
+fn bit_flip_in_last_record_is_a_torn_tail() {
+    let m = store_with_open_tail(20, &[100, 900]);
+    let t = tail(&m);
+    let n = t.entries.len();
+    for byte in [t.start(n - 1), t.start(n - 1) + 16, t.data_end(n - 1) - 1] {
+        let d = copy(&m);
+        assert!(d.tamper(&t.name, |b| b[byte] ^= 0x40));
+        let s = open(&d, RecoveryMode::Strict).unwrap();
+        assert_eq!(s.recovery_report().torn_tails.len(), 1);
+        assert_eq!(contents(&s), t.replay(|i| i < n - 1), "flip at {byte}");
+    }
+}
+
+/// A sealed segment is loaded from its summary without reading values, so damage to a value
+/// shows on read: a ChecksumMismatch naming the file and record, never wrong bytes.
+#[test]
+fn damaged_value_in_sealed_segment_fails_the_read() {
+    let m = store_with_open_tail(20, &[100, 900]);
+    let t = tail(&m);
+    let s = open(&m, RecoveryMode::Strict).unwrap();
+    s.close().unwrap(); // seals the tail and writes its summary
+    let i = t
+        .entries
+        .iter()
+        .rposition(|e| e.value_len > 10)
+        .expect("a put");
+    // Only a key whose newest record this is.
+    let k = t.entries[i].key.to_vec();
+    assert!(t.entries[i + 1..].iter().all(|e| *e.key != *k));
+    let d = copy(&m);
+    assert!(d.tamper(&t.name, |b| b[t.data_end(i) - 3] ^= 1));
+    let s = open(&d, RecoveryMode::Strict).unwrap();
+    assert_eq!(s.recovery_report().segments_scanned, 0);
+    match s.get(&k) {
+        Err(Error::ChecksumMismatch { file, offset }) => {
+            assert_eq!(file, t.path);
+            assert_eq!(offset, t.start(i) as u64);
+        }
+        other => panic!("read of a damaged value answered {other:?}"),
+    }
+}
+
+/// Sealed segments with their summaries; returns the medium and the contents.
+fn sealed_store() -> (Arc<FaultMedium>, BTreeMap<Vec<u8>, Vec<u8>>) {
+    let m = FaultMedium::new("damage");
+    let s = open(&m, RecoveryMode::Strict).unwrap();
+    for i in 0..300u64 {
+        let v = vec![(i % 251) as u8; 500 + (i as usize * 37) % 1500];
+        s.put(&key(i % 120), &v, Durability::Persisted).unwrap();
+        if i % 5 == 0 {
+            s.remove(&key((i * 7) % 120), Durability::Memory).unwrap();
+        }
+    }
+    let want = contents(&s);
+    s.close().unwrap();
+    let s = open(&m, RecoveryMode::Strict).unwrap();
+    assert!(s.recovery_report().segments_from_summary >= 4);
+    assert_eq!(s.recovery_report().segments_scanned, 0);
+    drop(s);
+    (m, want)
+}
+
+/// A damaged, truncated, emptied, stale or garbage summary only costs a scan.
+#[test]
+fn damaged_summary_falls_back_to_a_scan() {
+    let (m, want) = sealed_store();
+    let sums: Vec<String> = m
+        .list()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.ends_with(".sum"))
+        .collect();
+    assert!(sums.len() >= 4);
+    let other = m.read_file(&sums[1]).unwrap().unwrap();
+    for name in &sums {
+        let good = m.read_file(name).unwrap().unwrap();
+        let mut damaged: Vec<(&str, Vec<u8>)> = vec![
+            ("empty", Vec::new()),
+            ("truncated", good[..good.len() / 2].to_vec()),
+            ("one byte short", good[..good.len() - 1].to_vec()),
+            ("garbage", vec![0xa5; good.len()]),
+            ("another segment's", other.clone()),
+        ];
+        for at in [0, 9, 13, 17, 25, 33, good.len() / 2, good.len() - 1] {
+            let mut b = good.clone();
+            b[at] ^= 0x08;
+            damaged.push(("bit flip", b));
+        }
+        for (how, bytes) in damaged {
+            if bytes == good {
+                continue;
+            }
+            let d = copy(&m);
+            d.write_file(name, &bytes).unwrap();
+            let s = open(&d, RecoveryMode::Strict)
+                .unwrap_or_else(|e| panic!("{how} {name}: open failed: {e}"));
+            assert!(
+                s.recovery_report().segments_scanned >= 1,
+                "{how} {name}: summary was trusted"
+            );
+            assert_eq!(contents(&s), want, "{how} {name}");
+        }
+    }
+}
+
+/// A damaged segment header on a file that holds acknowledged records is damage, not a free
+/// file: Strict refuses naming the file at offset 0; Salvage keeps the records and repairs the
+/// header. A never-written (all-zero) header is simply a free file.
+#[test]
+fn damaged_segment_header() {
+    let (m, want) = sealed_store();
+    let mut used = Vec::new();
+    for name in m.region_names() {
+        if let Ok(h) = SegmentHeader::decode(&image(&m, &name)) {
+            if h.id != 0 {
+                used.push(name);
+            }
+        }
+    }
+    assert!(used.len() >= 4);
+    for name in &used {
+        // magic, version, tier, created time, file length, reserved, checksum
+        for byte in [0usize, 9, 12, 26, 35, 50, 61] {
+            let d = copy(&m);
+            assert!(d.tamper(name, |b| b[byte] ^= 0x10));
+            let what = format!("{name}: header byte {byte} flipped");
+            match open(&d, RecoveryMode::Strict) {
+                Err(Error::Corruption { file, offset, .. }) => {
+                    assert_eq!(file, PathBuf::from(format!("mem:damage/{name}")), "{what}");
+                    assert_eq!(offset, 0, "{what}");
+                }
+                Err(e) => panic!("{what}: wrong error {e}"),
+                Ok(_) => panic!("{what}: strict open dropped the segment's records silently"),
+            }
+            let s = open(&d, RecoveryMode::Salvage)
+                .unwrap_or_else(|e| panic!("{what}: salvage failed: {e}"));
+            let path = PathBuf::from(format!("mem:damage/{name}"));
+            assert!(
+                s.recovery_report()
+                    .bad_headers
+                    .iter()
+                    .any(|(p, _)| *p == path),
+                "{what}: not reported"
+            );
+            assert_eq!(contents(&s), want, "{what}");
+            drop(s);
+            let s = open(&d, RecoveryMode::Strict)
+                .unwrap_or_else(|e| panic!("{what}: strict open after salvage failed: {e}"));
+            assert_eq!(contents(&s), want, "{what}: after the repair");
+        }
+    }
+    // A header page that was never written: a free file, nothing lost, nothing refused.
+    let d = copy(&m);
+    let s = open(&d, RecoveryMode::Strict).unwrap();
+    let before = s.stats().tiers[0].segments_free;
+    drop(s);
+    let fresh = d.create_region("seg-000999.hss", SEGMENT_BYTES).unwrap();
+    drop(fresh);
+    let s = open(&d, RecoveryMode::Strict).unwrap();
+    assert!(s.stats().tiers[0].segments_free + s.stats().tiers[0].segments_ready > before);
+    assert_eq!(contents(&s), want);
+}
+
+/// Garbage anywhere in a segment file never panics recovery, in either mode.
+#[test]
+fn random_garbage_never_panics() {
+    use rand::{Rng, SeedableRng};
+    let m = store_with_open_tail(40, &[20, 300, 1200, 0, 64]);
+    let t = tail(&m);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    for round in 0..300 {
+        let d = copy(&m);
+        let spots: Vec<(usize, u8)> = (0..rng.gen_range(1..20))
+            .map(|_| (rng.gen_range(0..t.bytes.len()), rng.gen()))
+            .collect();
+        assert!(d.tamper(&t.name, |b| {
+            for &(at, v) in &spots {
+                b[at] = v;
+            }
+        }));
+        for mode in [RecoveryMode::Strict, RecoveryMode::Salvage] {
+            // Any answer but a panic; an opened store must read without panicking either.
+            if let Ok(s) = open(&d, mode) {
+                for i in 0..13 {
+                    let _ = s.get(&key(i));
+                }
+                let _ = s.range(&[], None, usize::MAX);
+            } else {
+                assert_eq!(mode, RecoveryMode::Strict, "round {round}: salvage refused");
+            }
+        }
+    }
+}
+
+/// A file of the wrong length without a valid header (a crash while it was being created) or
+/// with a free header (an oversized segment freed just before a crash) holds nothing: it is
+/// deleted at open, never handed to a writer that would append past its end.
+#[test]
+fn odd_sized_free_files_are_not_reused() {
+    let (m, want) = sealed_store();
+    let d = copy(&m);
+    drop(d.create_region("seg-000500.hss", 1000).unwrap());
+    drop(
+        d.create_region("seg-000501.hss", SEGMENT_BYTES * 2)
+            .unwrap(),
+    );
+    let header = SegmentHeader {
+        tier: 0,
+        id: 0,
+        created_unix_ns: 0,
+        file_len: SEGMENT_BYTES as u64 * 2,
+        retired_id: 77,
+    };
+    assert!(d.tamper("seg-000501.hss", |b| b[..64]
+        .copy_from_slice(&header.encode())));
+    let s = open(&d, RecoveryMode::Strict).unwrap();
+    for odd in ["seg-000500.hss", "seg-000501.hss"] {
+        assert!(!d.region_names().iter().any(|n| n == odd), "{odd} was kept");
+    }
+    for i in 0..200u64 {
+        let v = vec![7u8; 5000 + i as usize];
+        s.put(&key(1000 + i), &v, Durability::Persisted).unwrap();
+    }
+    for i in 0..200u64 {
+        assert_eq!(
+            s.get(&key(1000 + i)).unwrap().map(|v| v.len()),
+            Some(5000 + i as usize)
+        );
+    }
+    for (k, v) in &want {
+        assert_eq!(s.get(k).unwrap().as_ref(), Some(v));
+    }
+}
+
+/// A valid header whose length disagrees with the file (cut or grown behind the store's
+/// back) is damage: Strict refuses; Salvage opens without reusing the file.
+#[test]
+fn header_length_mismatch_is_refused_in_strict_mode() {
+    let (m, _) = sealed_store();
+    let d = copy(&m);
+    let name = m
+        .region_names()
+        .into_iter()
+        .find(|n| SegmentHeader::decode(&image(&m, n)).is_ok_and(|h| h.id != 0))
+        .unwrap();
+    let mut h = SegmentHeader::decode(&image(&m, &name)).unwrap();
+    h.file_len += 4096;
+    assert!(d.tamper(&name, |b| b[..64].copy_from_slice(&h.encode())));
+    match open(&d, RecoveryMode::Strict) {
+        Err(Error::Corruption { offset: 0, .. }) => {}
+        Err(e) => panic!("wrong error {e}"),
+        Ok(_) => panic!("strict open dropped a segment whose length is wrong"),
+    }
+    let s = open(&d, RecoveryMode::Salvage).unwrap();
+    assert!(!s.recovery_report().bad_headers.is_empty());
+}

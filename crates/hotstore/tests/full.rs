@@ -1,0 +1,282 @@
+//! Proves that a full device, tier or tmpfs answers StoreFull and loses nothing, and that removals work when full and make room again, also for a waiting writer.
+
+use hotstore::medium::FaultMedium;
+use hotstore::{Durability, Error, FragmentKey, Store, TierSpec, WriteOptions};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SEGMENT_BYTES: usize = 64 << 10;
+
+fn key(i: u64) -> [u8; 16] {
+    FragmentKey::new(9, i, 0, 0).to_bytes()
+}
+
+fn value(i: u64) -> Vec<u8> {
+    let len = 1000 + (i as usize * 677) % 9000;
+    (0..len).map(|j| (i as usize * 31 + j) as u8).collect()
+}
+
+/// Where the capacity limit comes from.
+#[derive(Clone, Copy, Debug)]
+enum Limit {
+    /// The device: creating a file fails with ENOSPC.
+    Device,
+    /// The tier's configured capacity.
+    Tier,
+}
+
+fn open(m: &Arc<FaultMedium>, limit: Limit, lanes: usize) -> Store {
+    let mut b = Store::builder("/full")
+        .segment_size_bytes(SEGMENT_BYTES)
+        .lanes(lanes)
+        .media(vec![m.clone()]);
+    match limit {
+        Limit::Device => m
+            .faults()
+            .capacity_bytes
+            .store(10 * SEGMENT_BYTES as u64, Ordering::SeqCst),
+        Limit::Tier => b = b.tier(TierSpec::new(".").capacity_bytes(10 * SEGMENT_BYTES as u64)),
+    }
+    b.open().expect("open")
+}
+
+/// Puts until the store answers an error; returns what was stored and the error.
+fn fill(s: &Store, from: u64, durability: Durability) -> (BTreeMap<u64, Vec<u8>>, Error) {
+    let mut stored = BTreeMap::new();
+    for i in from.. {
+        let v = value(i);
+        match s.put(&key(i), &v, durability) {
+            Ok(()) => {
+                stored.insert(i, v);
+            }
+            Err(e) => return (stored, e),
+        }
+        assert!(stored.len() < 10_000, "never full");
+    }
+    unreachable!()
+}
+
+fn check(s: &Store, stored: &BTreeMap<u64, Vec<u8>>, what: &str) {
+    for (i, v) in stored {
+        assert_eq!(
+            s.get(&key(*i)).unwrap().as_ref(),
+            Some(v),
+            "{what}: key {i} lost"
+        );
+    }
+    assert_eq!(s.stats().entries, stored.len() as u64, "{what}: entries");
+}
+
+#[test]
+fn full_store_answers_store_full_and_keeps_everything() {
+    for limit in [Limit::Device, Limit::Tier] {
+        for durability in [Durability::Persisted, Durability::Memory] {
+            let what = format!("{limit:?} limit, {durability:?} writes");
+            let m = FaultMedium::new("full");
+            let s = open(&m, limit, 1);
+            let (stored, err) = fill(&s, 0, durability);
+            assert!(err.is_full(), "{what}: expected StoreFull, got {err}");
+            assert!(stored.len() > 20, "{what}: only {} stored", stored.len());
+            // Still full, for puts and reservations, and nothing changed.
+            // (A value that only a new segment can hold: the active one may have a little room.)
+            let half = vec![3u8; SEGMENT_BYTES / 2];
+            assert!(s
+                .put(&key(1 << 40), &half, durability)
+                .unwrap_err()
+                .is_full());
+            assert!(s.reserve(&key(1 << 40), 60_000).err().unwrap().is_full());
+            assert!(s.stats().full_errors >= 3);
+            check(&s, &stored, &what);
+            assert!(
+                s.stats().poisoned.is_none(),
+                "{what}: a full store is not broken"
+            );
+            // Small writes still fit in what is left of the active segment.
+            s.put(b"tiny", b"1", durability).unwrap();
+            s.close().unwrap();
+            // Reopens and reads everything, with or without a power cut.
+            for (how, medium) in [("reopen", m.clone()), ("power cut", m.crash(None))] {
+                let s = open(&medium, limit, 1);
+                assert_eq!(s.get(b"tiny").unwrap().as_deref(), Some(&b"1"[..]));
+                let r = s.remove(b"tiny", Durability::Persisted);
+                assert!(
+                    matches!(r, Ok(true)),
+                    "{what}, {how}: remove on a full store: {r:?}"
+                );
+                check(&s, &stored, &format!("{what}, {how}"));
+                drop(s);
+            }
+        }
+    }
+}
+
+/// Removals need room for their tombstones: on a full store they must still work, and once
+/// the removed data's segments are recycled, puts succeed again.
+#[test]
+fn removals_work_on_a_full_store_and_make_room() {
+    for limit in [Limit::Device, Limit::Tier] {
+        for lanes in [1, 2] {
+            let what = format!("{limit:?} limit, {lanes} lanes");
+            let m = FaultMedium::new("full");
+            let s = open(&m, limit, lanes);
+            let (mut stored, err) = fill(&s, 0, Durability::Persisted);
+            assert!(err.is_full(), "{what}: {err}");
+            // Remove the older half (from another thread: another lane if there are two).
+            let old: Vec<u64> = stored.keys().copied().take(stored.len() / 2 + 1).collect();
+            std::thread::scope(|sc| {
+                sc.spawn(|| {
+                    for i in &old {
+                        let r = s.remove(&key(*i), Durability::Persisted);
+                        assert!(
+                            matches!(r, Ok(true)),
+                            "{what}: removing {i} from a full store answered {r:?}"
+                        );
+                    }
+                });
+            });
+            for i in &old {
+                stored.remove(i);
+            }
+            // Recycling runs in the background: wait for room.
+            let opts = WriteOptions {
+                durability: Durability::Persisted,
+                full_wait: Some(Duration::from_secs(10)),
+            };
+            let next = 1_000_000;
+            for i in next..next + 20 {
+                s.put_with(&key(i), &value(i), opts)
+                    .unwrap_or_else(|e| panic!("{what}: put {i} after removals: {e}"));
+                stored.insert(i, value(i));
+            }
+            check(&s, &stored, &what);
+            s.close().unwrap();
+            let s = open(&m.crash(None), limit, lanes);
+            check(&s, &stored, &format!("{what}, after a power cut"));
+        }
+    }
+}
+
+/// A writer waiting for space (`full_wait`) gets it when another thread removes data, even
+/// when both share one lane.
+#[test]
+fn waiting_writer_gets_room_freed_by_another_thread() {
+    for limit in [Limit::Device, Limit::Tier] {
+        for lanes in [1, 4] {
+            let what = format!("{limit:?} limit, {lanes} lanes");
+            let m = FaultMedium::new("full");
+            let s = open(&m, limit, lanes);
+            let (stored, err) = fill(&s, 0, Durability::Memory);
+            assert!(err.is_full(), "{what}: {err}");
+            let big = vec![5u8; SEGMENT_BYTES / 2];
+            let started = Instant::now();
+            std::thread::scope(|sc| {
+                let writer = sc.spawn(|| {
+                    s.put_with(
+                        b"waiting writer",
+                        &big,
+                        WriteOptions {
+                            durability: Durability::Persisted,
+                            full_wait: Some(Duration::from_secs(20)),
+                        },
+                    )
+                });
+                std::thread::sleep(Duration::from_millis(100));
+                if writer.is_finished() {
+                    let r = writer.join().unwrap();
+                    panic!(
+                        "{what}: the writer did not wait: {r:?}, stats {:?}",
+                        s.stats()
+                    );
+                }
+                for i in stored.keys() {
+                    let r = s.remove(&key(*i), Durability::Memory);
+                    assert!(matches!(r, Ok(true)), "{what}: remove {i}: {r:?}");
+                }
+                let r = writer.join().unwrap();
+                assert!(r.is_ok(), "{what}: waiting writer answered {r:?}");
+            });
+            assert!(started.elapsed() < Duration::from_secs(15), "{what}: slow");
+            assert_eq!(s.get(b"waiting writer").unwrap().as_deref(), Some(&big[..]));
+        }
+    }
+}
+
+/// A real file system that fills up: `mount -t tmpfs -o size=4m`. Skipped (with a note) where
+/// mounting is not allowed.
+#[test]
+fn full_tmpfs_gives_store_full_not_sigbus() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(&mnt)
+        .output();
+    match mounted {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            eprintln!(
+                "NOTE: skipping the tmpfs part: mount failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return;
+        }
+        Err(e) => {
+            eprintln!("NOTE: skipping the tmpfs part: cannot run mount: {e}");
+            return;
+        }
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let ok = std::process::Command::new("umount")
+                .arg(&self.0)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(&self.0)
+                    .status();
+            }
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let store_dir = mnt.join("store");
+    let open = || {
+        Store::builder(&store_dir)
+            .segment_size_bytes(256 << 10)
+            .lanes(2)
+            .open()
+            .expect("open on tmpfs")
+    };
+    let s = open();
+    let (stored, err) = fill(&s, 0, Durability::Persisted);
+    assert!(err.is_full(), "full tmpfs: expected StoreFull, got {err}");
+    assert!(stored.len() > 100, "only {} stored in 4 MiB", stored.len());
+    check(&s, &stored, "full tmpfs");
+    // Removing makes room on the device again.
+    let old: Vec<u64> = stored.keys().copied().take(stored.len() / 2).collect();
+    for i in &old {
+        assert!(s.remove(&key(*i), Durability::Persisted).unwrap());
+    }
+    let mut stored = stored;
+    for i in &old {
+        stored.remove(i);
+    }
+    let opts = WriteOptions {
+        durability: Durability::Persisted,
+        full_wait: Some(Duration::from_secs(10)),
+    };
+    for i in 500_000..500_010 {
+        s.put_with(&key(i), &value(i), opts)
+            .unwrap_or_else(|e| panic!("tmpfs put {i} after removals: {e}"));
+        stored.insert(i, value(i));
+    }
+    drop(s);
+    let s = open();
+    check(&s, &stored, "full tmpfs, reopened");
+    drop(s);
+}
