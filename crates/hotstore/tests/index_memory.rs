@@ -61,9 +61,17 @@ fn index_dram_per_entry_is_bounded() {
     let seq = bytes_per_entry(0..n as u64, n);
     // A fixed permutation: multiply by an odd constant modulo a power of two.
     let m = n.next_power_of_two() as u64;
-    let random = bytes_per_entry((0..m).map(|i| (i.wrapping_mul(0x9E37_79B9) % m)).filter(|&e| e < n as u64), n);
+    let random = bytes_per_entry(
+        (0..m)
+            .map(|i| i.wrapping_mul(0x9E37_79B9) % m)
+            .filter(|&e| e < n as u64),
+        n,
+    );
     println!("index DRAM per entry (16-byte keys): sequential {seq:.1} B, random {random:.1} B");
     assert!(seq <= MAX_BYTES_PER_ENTRY, "sequential: {seq:.1} B/entry");
     assert!(random <= MAX_BYTES_PER_ENTRY, "random: {random:.1} B/entry");
-    assert!(seq >= 48.0, "below the size of key + location: the measurement is wrong ({seq:.1})");
+    assert!(
+        seq >= 48.0,
+        "below the size of key + location: the measurement is wrong ({seq:.1})"
+    );
 }
