@@ -231,6 +231,23 @@ impl Store {
         if options.preallocate_bytes > 0 {
             tiers[0].preallocate(options.preallocate_bytes)?;
         }
+        // The tails that were open at a crash become the lanes' active segments again, instead
+        // of being sealed part-empty: repeated crashes would otherwise strand a part-filled
+        // segment per lane per restart, and a bounded store could fill with them.
+        let mut lanes: Vec<Lane> = (0..options.lanes).map(|_| Lane::default()).collect();
+        let mut need_summary = Vec::new();
+        let mut free_lanes = lanes.iter_mut();
+        for seg in recovered.need_summary {
+            let has_room = seg.capacity() == segment_size
+                && seg.end.load(Ordering::Relaxed) + SEGMENT_HEADER_LEN < seg.capacity();
+            match if has_room { free_lanes.next() } else { None } {
+                Some(lane) => {
+                    seg.sealed.store(false, Ordering::Release);
+                    lane.seg = Some(seg);
+                }
+                None => need_summary.push(seg),
+            }
+        }
         let (tx, rx) = std::sync::mpsc::channel();
         let inner = Arc::new(Inner {
             dir: options.dir.clone(),
@@ -238,9 +255,7 @@ impl Store {
             verify_on_read: options.verify_on_read,
             tiers,
             index,
-            lanes: (0..options.lanes)
-                .map(|_| PaddedLane(Mutex::new(Lane::default())))
-                .collect(),
+            lanes: lanes.into_iter().map(|l| PaddedLane(Mutex::new(l))).collect(),
             segments: Mutex::new(
                 recovered
                     .segments
@@ -258,7 +273,7 @@ impl Store {
             counters: Counters::default(),
             _lock: lock,
         });
-        for seg in recovered.need_summary {
+        for seg in need_summary {
             inner.send(Job::Seal(seg));
         }
         for seg in &recovered.segments {
