@@ -75,6 +75,8 @@ pub struct Config {
     pub verify_on_read: bool,
     /// put: keys each thread keeps; past it each put removes the thread's oldest key (0: all).
     pub keep: u64,
+    /// Create and pre-fault the whole capacity when the store is opened (before timing).
+    pub preallocate: bool,
     /// One JSON object instead of text.
     pub json: bool,
 }
@@ -293,6 +295,7 @@ fn fresh_store(
         .lanes(cfg.threads.max(default_lanes))
         .tier(TierSpec::new(".").capacity_bytes(capacity))
         .verify_on_read(cfg.verify_on_read)
+        .preallocate_bytes(if cfg.preallocate { capacity } else { 0 })
         .open()?;
     Ok((tmp, store))
 }

@@ -246,6 +246,11 @@ struct BenchArgs {
     /// large values the checksum, not the copy, bounds `get`).
     #[arg(long)]
     no_verify_on_read: bool,
+    /// Create and pre-fault segment files for the whole --capacity when the store is opened,
+    /// before anything is timed (a DAQ buffer is allocated at start-up). Without it, writes
+    /// into a fresh store also measure the kernel allocating and zeroing new file pages.
+    #[arg(long, requires = "capacity")]
+    preallocate: bool,
 }
 
 fn run(cli: Cli) -> CliResult<ExitCode> {
@@ -279,6 +284,7 @@ fn run(cli: Cli) -> CliResult<ExitCode> {
             repeat: a.repeat as usize,
             verify_on_read: !a.no_verify_on_read,
             keep: a.keep,
+            preallocate: a.preallocate,
             json: a.json,
         })?,
     }
