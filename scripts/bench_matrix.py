@@ -43,10 +43,17 @@ def main():
                     for dur in (["memory", "persisted"] if op == "put" else ["memory"]):
                         args = [op, "--dir", d, "--value-size", str(size), "--threads", str(t),
                                 "--durability", dur, "--duration", a.duration, "--repeat", a.repeat]
-                        if op == "put":
-                            # A preallocated buffer, as a DAQ system allocates at start-up: the
-                            # timed window measures writes, not the kernel zeroing new pages.
-                            args += ["--capacity", "4GiB", "--preallocate"]
+                        if op == "put" and size <= 1024:
+                            # Small values: puts into a preallocated buffer, as a DAQ system
+                            # allocates at start-up (the window measures writes, not the kernel
+                            # zeroing new pages).
+                            args += ["--capacity", "3GiB", "--preallocate"]
+                        elif op == "put":
+                            # Large values would fill any buffer within the second: steady state
+                            # instead, each put followed by removing the thread's oldest key, so
+                            # segments are recycled (the DAQ pattern; removal cost included).
+                            keep = max(4, (256 << 20) // size // t)
+                            args += ["--capacity", "1GiB", "--preallocate", "--keep", str(keep)]
                         r = run(args)
                         if r is None:
                             continue

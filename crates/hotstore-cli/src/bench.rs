@@ -35,6 +35,8 @@ pub enum Op {
     Put,
     /// Reads of existing keys.
     Get,
+    /// Index rebuild at open: --key-count values of --value-size, from summaries and by scan.
+    Recovery,
 }
 
 /// Key order of `get`.
@@ -458,6 +460,9 @@ pub fn run(cfg: &Config) -> CliResult<()> {
         None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
         None => std::env::temp_dir(),
     };
+    if cfg.op == Op::Recovery {
+        return crate::bench_recovery::run(&base, cfg);
+    }
     let seg = cfg
         .segment_size
         .unwrap_or(StoreOptions::new(&base).segment_size_bytes as u64);
@@ -469,14 +474,15 @@ pub fn run(cfg: &Config) -> CliResult<()> {
         eprintln!("measuring the machine's limit under {} ...", base.display());
     }
     let limit: Limit = match cfg.op {
-        Op::Put => limits::write_limit_for(&base, cfg.threads, LIMIT_RUN),
+        // (Recovery returned above.)
+        Op::Put | Op::Recovery => limits::write_limit_for(&base, cfg.threads, LIMIT_RUN),
         Op::Get => limits::memcpy_bandwidth(cfg.threads, MEMCPY_BUFFER_BYTES, LIMIT_RUN, 3),
     };
     let mut runs = Vec::with_capacity(cfg.repeat);
     let mut domain = Domain::Volatile;
     let mut key_count = None;
     match cfg.op {
-        Op::Put => {
+        Op::Put | Op::Recovery => {
             for _ in 0..cfg.repeat {
                 let (r, d) = put_run(&base, cfg, seg, cap)?;
                 domain = d;
@@ -567,6 +573,7 @@ fn print_human(out: &mut Out, r: &Report) -> CliResult<()> {
     let op = match r.op {
         Op::Put => "put",
         Op::Get => "get",
+        Op::Recovery => "recovery",
     };
     out.line(format_args!(
         "bench {op}: {} values ({} bytes), {} thread(s), durability {}, {:.1} s per run after {:.1} s warm-up",

@@ -5,6 +5,7 @@
 
 mod acklog;
 mod bench;
+mod bench_recovery;
 mod dump;
 mod inspect;
 mod limits;

@@ -92,7 +92,7 @@ thread_local! {
 }
 
 /// Records with values at least this long are written as bulk (see `Region::write`).
-const BULK_VALUE_LEN: usize = 64 << 10;
+const BULK_VALUE_LEN: usize = 2 << 10;
 
 fn is_bulk(value_len: usize) -> bool {
     value_len >= BULK_VALUE_LEN
@@ -255,7 +255,10 @@ impl Store {
             verify_on_read: options.verify_on_read,
             tiers,
             index,
-            lanes: lanes.into_iter().map(|l| PaddedLane(Mutex::new(l))).collect(),
+            lanes: lanes
+                .into_iter()
+                .map(|l| PaddedLane(Mutex::new(l)))
+                .collect(),
             segments: Mutex::new(
                 recovered
                     .segments
