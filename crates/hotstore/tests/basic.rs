@@ -138,3 +138,63 @@ fn full_store_answers_store_full_and_keeps_data() {
     let s = Store::builder(dir.path()).open().unwrap();
     assert_eq!(s.stats().entries, stored);
 }
+
+#[test]
+fn pmem_code_path_on_tmpfs_runs_and_says_it_is_not_power_safe() {
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("no /dev/shm: skipped");
+        return;
+    }
+    let dir = tempfile::tempdir_in(shm).unwrap();
+    {
+        let s = Store::builder(dir.path())
+            .tier(TierSpec::new(".").domain(hotstore::Domain::Pmem))
+            .segment_size_bytes(1 << 20)
+            .open()
+            .unwrap();
+        let t = &s.stats().tiers[0];
+        assert_eq!(t.domain, hotstore::Domain::Pmem);
+        // tmpfs refuses MAP_SYNC: the cache-line flush path runs, but nothing survives a power cut.
+        assert!(
+            !t.survives_power_cut,
+            "tmpfs must not be reported power-safe"
+        );
+        assert!(
+            t.power_safety().contains("NOT a power cut"),
+            "{}",
+            t.power_safety()
+        );
+        for e in 0..500u64 {
+            s.put(&key(e, 1), &vec![e as u8; 3000], Durability::Persisted)
+                .unwrap();
+        }
+        assert!(s.remove(&key(7, 1), Durability::Persisted).unwrap());
+    }
+    let s = Store::builder(dir.path()).open().unwrap();
+    assert_eq!(
+        s.stats().tiers[0].domain,
+        hotstore::Domain::Pmem,
+        "the declared domain is stored"
+    );
+    assert_eq!(s.get(&key(7, 1)).unwrap(), None);
+    assert_eq!(
+        s.get(&key(499, 1)).unwrap().unwrap(),
+        vec![499u64 as u8; 3000]
+    );
+    assert_eq!(s.stats().entries, 499);
+}
+
+#[test]
+fn tmpfs_is_detected_as_volatile_and_said_so() {
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        return;
+    }
+    let dir = tempfile::tempdir_in(shm).unwrap();
+    let s = Store::builder(dir.path()).open().unwrap();
+    let t = &s.stats().tiers[0];
+    assert_eq!(t.domain, hotstore::Domain::Volatile);
+    assert!(!t.survives_power_cut);
+    assert!(t.power_safety().contains("NOT a power cut"));
+}
