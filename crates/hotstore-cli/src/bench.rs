@@ -275,14 +275,9 @@ where
     })
 }
 
-/// Opens a fresh store in a new temporary directory under `base`.
-fn fresh_store(
-    base: &Path,
-    cfg: &Config,
-    segment_size: u64,
-    capacity: u64,
-) -> CliResult<(tempfile::TempDir, Store)> {
-    let tmp = tempfile::Builder::new()
+/// A new temporary directory under `base`, removed when dropped.
+pub(crate) fn temp_dir_in(base: &Path) -> CliResult<tempfile::TempDir> {
+    tempfile::Builder::new()
         .prefix("hotstore-bench-")
         .tempdir_in(base)
         .map_err(|e| {
@@ -290,7 +285,17 @@ fn fresh_store(
                 "cannot create a directory under {}: {e}",
                 base.display()
             ))
-        })?;
+        })
+}
+
+/// Opens a fresh store in a new temporary directory under `base`.
+fn fresh_store(
+    base: &Path,
+    cfg: &Config,
+    segment_size: u64,
+    capacity: u64,
+) -> CliResult<(tempfile::TempDir, Store)> {
+    let tmp = temp_dir_in(base)?;
     let default_lanes = StoreOptions::new(tmp.path()).lanes;
     let store = Store::builder(tmp.path())
         .segment_size_bytes(usize::try_from(segment_size).unwrap_or(usize::MAX))

@@ -52,15 +52,7 @@ fn open_timed(dir: &Path, mode: &'static str, data_bytes: u64) -> CliResult<Pass
 /// it, and times two opens: with summaries, and with the summaries removed.
 pub fn run(base: &Path, cfg: &Config) -> CliResult<()> {
     let records = cfg.key_count.unwrap_or(200_000);
-    let tmp = tempfile::Builder::new()
-        .prefix("hotstore-bench-recovery-")
-        .tempdir_in(base)
-        .map_err(|e| {
-            crate::util::CliError::Msg(format!(
-                "cannot create a directory under {}: {e}",
-                base.display()
-            ))
-        })?;
+    let tmp = crate::bench::temp_dir_in(base)?;
     let value = vec![0x5au8; cfg.value_size as usize];
     {
         let mut b = Store::builder(tmp.path());

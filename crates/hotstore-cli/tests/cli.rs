@@ -397,3 +397,29 @@ fn bench_put_and_get_print_their_json_fields() {
     assert_eq!(v["key_count"], 5000);
     assert!(v["copy_ops_per_sec"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn bench_recovery_reopens_from_summaries_and_by_scan() {
+    let o = hotstore_words(
+        "bench recovery --json --value-size 1KiB --key-count 2000 --segment-size 1MiB",
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["records"], 2000);
+    let passes = v["passes"].as_array().unwrap();
+    assert_eq!(passes.len(), 2);
+    assert_eq!(passes[0]["mode"], "summaries");
+    assert_eq!(
+        passes[0]["segments_scanned"], 0,
+        "a clean close leaves summaries: {v}"
+    );
+    assert_eq!(passes[1]["mode"], "scan");
+    assert_eq!(
+        passes[1]["segments_from_summary"], 0,
+        "summaries were removed: {v}"
+    );
+    for p in passes {
+        assert_eq!(p["records"], 2000, "every record is found again: {v}");
+        assert!(p["data_bytes_per_sec"].as_f64().unwrap() > 0.0);
+    }
+}
