@@ -22,11 +22,19 @@ pub(crate) enum Job {
     Stop,
 }
 
+/// How often idle maintenance looks for groups of dead segments that pin each other.
+const GROUP_CHECK_EVERY: Duration = Duration::from_millis(200);
+
 pub(crate) fn run(inner: Arc<Inner>, rx: Receiver<Job>) {
+    let mut last_group_check = std::time::Instant::now();
     loop {
         let job = match rx.recv_timeout(Duration::from_millis(20)) {
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) => {
+                if last_group_check.elapsed() >= GROUP_CHECK_EVERY {
+                    last_group_check = std::time::Instant::now();
+                    reclaim_groups(&inner);
+                }
                 while prepare(&inner) {
                     if let Ok(job) = rx.try_recv() {
                         if handle(&inner, job) {
@@ -131,6 +139,104 @@ fn reclaim(inner: &Inner, id: u64) {
     }
     if let Err(e) = tier.give_back(seg.slot, seg.region.clone()) {
         return inner.poison(&e);
+    }
+    let mut generation = inner.space.0.lock();
+    *generation += 1;
+    inner.space.1.notify_all();
+}
+
+/// Recycles groups of dead segments that pin each other (S1 shadows a record of S2 and S2 one
+/// of S1: two writers overwriting or removing each other's keys). Neither can go first, or a
+/// crash between the two would bring back a record the other had shadowed; together they can,
+/// if every segment a member pins on is in the group. The group is freed all-or-nothing: its ids
+/// are written to a durable intent file first, which recovery honours if a crash cuts the
+/// freeing short, and removed once every member has a durable free header.
+fn reclaim_groups(inner: &Inner) {
+    use std::collections::{HashMap, HashSet};
+    if inner.is_poisoned.load(Ordering::Acquire) {
+        return;
+    }
+    let segs: Vec<Arc<Segment>> = inner.segments.lock().values().cloned().collect();
+    let dead = |s: &Segment| {
+        s.sealed.load(Ordering::Acquire)
+            && !s.recycled.load(Ordering::Acquire)
+            && s.live_records.load(Ordering::Acquire) == 0
+    };
+    let mut group: HashSet<u64> = segs.iter().filter(|s| dead(s)).map(|s| s.id).collect();
+    if !segs
+        .iter()
+        .any(|s| group.contains(&s.id) && s.pins.load(Ordering::Acquire) > 0)
+    {
+        return; // nothing pinned: the ordinary reclaim handles these
+    }
+    // Outgoing pins: holder -> segments it pins on.
+    let mut targets: HashMap<u64, Vec<u64>> = HashMap::new();
+    for t in &segs {
+        for h in t.pinned_by.lock().iter() {
+            targets.entry(*h).or_default().push(t.id);
+        }
+    }
+    // Keep only members whose every pin target is a member too (to a fixed point).
+    loop {
+        let before = group.len();
+        let keep: HashSet<u64> = group
+            .iter()
+            .copied()
+            .filter(|id| {
+                targets
+                    .get(id)
+                    .is_none_or(|ts| ts.iter().all(|t| group.contains(t)))
+            })
+            .collect();
+        group = keep;
+        if group.len() == before {
+            break;
+        }
+    }
+    let members: Vec<Arc<Segment>> = segs.into_iter().filter(|s| group.contains(&s.id)).collect();
+    if members.iter().all(|s| s.pins.load(Ordering::Acquire) == 0) {
+        return;
+    }
+    if inner.persist_all().is_err() {
+        return;
+    }
+    let ids: Vec<u64> = members.iter().map(|s| s.id).collect();
+    let root = &inner.tiers[0].medium;
+    let Ok(intent) = serde_json::to_vec(&ids) else {
+        return;
+    };
+    if let Err(e) = root.write_file(crate::recovery::RECLAIM_INTENT, &intent) {
+        return inner.poison(&e);
+    }
+    let mut holders = Vec::new();
+    for seg in &members {
+        {
+            let mut by = seg.pinned_by.lock();
+            seg.recycled.store(true, Ordering::Release);
+            holders.extend(by.drain());
+        }
+        inner.segments.lock().remove(&seg.id);
+        if let Err(e) = seg.write_free_header() {
+            return inner.poison(&e);
+        }
+        let _ = inner.tiers[seg.tier]
+            .medium
+            .remove(&summary::file_name(seg.slot));
+    }
+    if let Err(e) = root.remove(crate::recovery::RECLAIM_INTENT) {
+        return inner.poison(&e);
+    }
+    for h in holders.into_iter().filter(|h| !group.contains(h)) {
+        let holder = inner.segments.lock().get(&h).cloned();
+        if let Some(holder) = holder {
+            holder.pins.fetch_sub(1, Ordering::AcqRel);
+            inner.maybe_reclaim(&holder);
+        }
+    }
+    for seg in &members {
+        if let Err(e) = inner.tiers[seg.tier].give_back(seg.slot, seg.region.clone()) {
+            return inner.poison(&e);
+        }
     }
     let mut generation = inner.space.0.lock();
     *generation += 1;

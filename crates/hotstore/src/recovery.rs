@@ -21,6 +21,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// File (on the first tier) listing the segment ids a group reclaim is freeing; see
+/// `maintenance::reclaim_groups`.
+pub const RECLAIM_INTENT: &str = "reclaim.intent";
+
 /// What recovery found and did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct RecoveryReport {
@@ -298,6 +302,15 @@ pub fn recover(tiers: &[Tier], index: &Index, mode: RecoveryMode) -> Result<Reco
     let mut need_summary = Vec::new();
     let mut max_segment_id = 0;
     let mut max_lsn = 0;
+    // Segments a group reclaim was freeing when the process stopped: free them now.
+    let intent: Vec<u64> = match tiers.first() {
+        Some(t) => t
+            .medium
+            .read_file(RECLAIM_INTENT)?
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
     for tier in tiers {
         let names = tier.medium.list()?;
         for name in &names {
@@ -311,12 +324,34 @@ pub fn recover(tiers: &[Tier], index: &Index, mode: RecoveryMode) -> Result<Reco
             let bytes = unsafe { std::slice::from_raw_parts(region.as_ptr() as *const u8, len) };
             let mut repair_header = false;
             let header = match SegmentHeader::decode(bytes) {
-                Ok(h) if h.id != 0 && h.file_len == len as u64 => h,
+                Ok(h) if h.id != 0 && h.file_len == len as u64 && intent.contains(&h.id) => {
+                    let free = SegmentHeader {
+                        id: 0,
+                        retired_id: h.id,
+                        created_unix_ns: 0,
+                        ..h
+                    }
+                    .encode();
+                    // Safety: nothing else uses the file during recovery.
+                    unsafe { region.write(0, &free, false)? };
+                    region.persist(0, free.len())?;
+                    max_segment_id = max_segment_id.max(h.id);
+                    report.segments_free += 1;
+                    adopt_free(tier, slot, name, region)?;
+                    continue;
+                }
+                // (A file no longer than its header page holds no record: treated as a length
+                // mismatch below, never scanned or sealed, whatever its header claims.)
+                Ok(h) if h.id != 0 && h.file_len == len as u64 && len > SEGMENT_HEADER_LEN => h,
                 Ok(h) if h.id != 0 => {
                     // Fix (found by tests/damage.rs): a file cut or grown behind our back
                     // holds records that may be gone; never drop them silently, never reuse
                     // the file (its length is not a segment's).
-                    let why = format!("header says {} bytes, the file has {len}", h.file_len);
+                    let why = if h.file_len == len as u64 {
+                        format!("a {len}-byte file has no room for records")
+                    } else {
+                        format!("header says {} bytes, the file has {len}", h.file_len)
+                    };
                     if mode == RecoveryMode::Strict {
                         return Err(Error::Corruption {
                             file: path,
@@ -430,6 +465,10 @@ pub fn recover(tiers: &[Tier], index: &Index, mode: RecoveryMode) -> Result<Reco
             }
             segments.push(seg);
         }
+    }
+    if !intent.is_empty() {
+        // Every listed segment now has a durable free header.
+        tiers[0].medium.remove(RECLAIM_INTENT)?;
     }
     // Tombstones were only needed to resolve order; drop them.
     for shard in index.shards() {

@@ -117,7 +117,14 @@ pub fn decode(segment_id: u64, b: &[u8]) -> Option<(u64, Vec<Entry>)> {
         });
         at += key_len;
     }
-    (at == body.len()).then_some((records_end, entries))
+    // Every listed record must lie inside the records region it claims, so a summary that
+    // passes its checksum but lies (crafted, or a bug) cannot send a read past the records.
+    let in_bounds = entries.iter().all(|e| {
+        let end =
+            e.offset as u64 + crate::record::record_len(e.key.len(), e.value_len as usize) as u64;
+        e.offset as u64 >= crate::segment::SEGMENT_HEADER_LEN as u64 && end <= records_end
+    });
+    (at == body.len() && in_bounds).then_some((records_end, entries))
 }
 
 #[cfg(test)]
