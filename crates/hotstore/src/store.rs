@@ -238,7 +238,15 @@ impl Store {
         let mut need_summary = Vec::new();
         let mut free_lanes = lanes.iter_mut();
         for seg in recovered.need_summary {
-            let has_room = seg.capacity() == segment_size
+            // Not a torn tail: the slot at `end` still holds the torn record's header, which a
+            // write interrupted between body and header could make valid again.
+            let torn = recovered
+                .report
+                .torn_tails
+                .iter()
+                .any(|(p, _)| p == seg.path());
+            let has_room = !torn
+                && seg.capacity() == segment_size
                 && seg.end.load(Ordering::Relaxed) + SEGMENT_HEADER_LEN < seg.capacity();
             match if has_room { free_lanes.next() } else { None } {
                 Some(lane) => {
