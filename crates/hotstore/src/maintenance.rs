@@ -33,6 +33,7 @@ pub(crate) fn run(inner: Arc<Inner>, rx: Receiver<Job>) {
             Err(RecvTimeoutError::Timeout) => {
                 if last_group_check.elapsed() >= GROUP_CHECK_EVERY {
                     last_group_check = std::time::Instant::now();
+                    seal_dead_active(&inner);
                     reclaim_groups(&inner);
                 }
                 while prepare(&inner) {
@@ -241,4 +242,28 @@ fn reclaim_groups(inner: &Inner) {
     let mut generation = inner.space.0.lock();
     *generation += 1;
     inner.space.1.notify_all();
+}
+
+/// Seals active segments whose every record is dead, so they can be recycled: a lane whose
+/// thread went idle (or that got a reopened tail no thread writes to) would otherwise keep its
+/// dead segment until close. A busy lane is skipped (`try_lock`); its next write simply rolls
+/// to a new segment.
+fn seal_dead_active(inner: &Inner) {
+    for lane in inner.lanes.iter() {
+        let Some(mut l) = lane.0.try_lock() else {
+            continue;
+        };
+        let dead = l.seg.as_ref().is_some_and(|s| {
+            s.live_records.load(Ordering::Acquire) == 0
+                && s.end.load(Ordering::Acquire) > crate::segment::SEGMENT_HEADER_LEN
+        });
+        if !dead {
+            continue;
+        }
+        if let Some(seg) = l.seg.take() {
+            seg.sealed.store(true, Ordering::Release);
+            drop(l);
+            seal(inner, &seg);
+        }
+    }
 }
