@@ -115,7 +115,7 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// A persist (fdatasync/msync) failed earlier; the store refuses writes because the
+    /// A persist (fdatasync or cache-line flush) failed earlier; the store refuses writes because the
     /// state of the page cache is unknown after a failed sync.
     #[error("store is read-only after a failed persist ({0}); reopen it to recover what is on the device")]
     Poisoned(String),

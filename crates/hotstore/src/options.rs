@@ -14,7 +14,7 @@ pub enum Durability {
     /// file-backed tiers): survives a crash or `kill -9` of the writing process, **not** a power
     /// cut or kernel crash. The cost of a memcpy.
     Memory,
-    /// Acknowledged only once the record is on the tier's persistence domain (msync/fdatasync
+    /// Acknowledged only once the record is on the tier's persistence domain (fdatasync
     /// on `block`, cache-line write-back + fence on `pmem` with MAP_SYNC): survives a power
     /// cut on a real device. Concurrent writers share one sync (group commit). On a `volatile`
     /// tier nothing survives a power cut, and this is the same as `Memory`.

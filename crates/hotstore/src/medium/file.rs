@@ -3,7 +3,9 @@
 //! Creation preallocates with `posix_fallocate` (a full device fails here with ENOSPC rather
 //! than with SIGBUS on a later store), maps the file shared (with MAP_SYNC on `pmem`) and
 //! pre-faults it so page faults are not paid by writers: by touching every page on memory-backed
-//! tiers, with MAP_POPULATE on `block` tiers (touching would write the whole file twice).
+//! tiers, with MAP_POPULATE on `block` tiers (touching would write the whole file twice). New
+//! `block` files are zero-filled once so their extents are real (see `create_region`), large
+//! writes on `block` go through `pwrite`, and persistence there is `fdatasync`.
 
 use super::{flush, Domain, Medium, Region};
 use crate::error::{Error, Result};
@@ -386,6 +388,6 @@ pub fn detect_domain(dir: &Path) -> (Domain, &'static str) {
     }
     (
         Domain::Block,
-        "regular file system: made durable with msync/fdatasync",
+        "regular file system: made durable with fdatasync",
     )
 }

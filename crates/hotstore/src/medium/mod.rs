@@ -25,7 +25,7 @@ pub enum Domain {
     /// Persistent memory through a DAX mapping (MAP_SYNC): made durable with cache-line
     /// write-back and a fence, no system call.
     Pmem,
-    /// A file system on a disk or SSD: made durable with msync/fdatasync.
+    /// A file system on a disk or SSD: made durable with fdatasync.
     Block,
 }
 
