@@ -365,23 +365,32 @@ fn kill9_block() {
 /// Volatile tier (/dev/shm): far more operations per run, segments recycled constantly.
 #[test]
 fn kill9_memory() {
+    crash_loop_on_shm("memory", &[]);
+}
+
+/// Arguments of the /dev/shm variants: small segments so they roll and recycle often.
+const SHM_ARGS: [&str; 6] = [
+    "--segment-size",
+    "1MiB",
+    "--max-value",
+    "256KiB",
+    "--keys",
+    "300",
+];
+
+/// `crash_loop` on /dev/shm with `SHM_ARGS` and `extra`; skipped where there is no /dev/shm.
+fn crash_loop_on_shm(name: &str, extra: &[&str]) {
     let shm = Path::new("/dev/shm");
     if !shm.is_dir() {
         eprintln!("no /dev/shm: skipped");
         return;
     }
-    crash_loop(
-        "memory",
-        shm,
-        &[
-            "--segment-size",
-            "1MiB",
-            "--max-value",
-            "256KiB",
-            "--keys",
-            "300",
-        ],
-    );
+    let args: Vec<&str> = SHM_ARGS
+        .iter()
+        .copied()
+        .chain(extra.iter().copied())
+        .collect();
+    crash_loop(name, shm, &args);
 }
 
 /// Volatile tier with a capacity, so that writers meet "store full" and free space by
@@ -392,23 +401,5 @@ fn kill9_memory() {
             the store ends full (StoreFull for puts and removals). FIFO workloads recycle whole \
             segments and are not affected; see docs/design.md §6"]
 fn kill9_memory_bounded() {
-    let shm = Path::new("/dev/shm");
-    if !shm.is_dir() {
-        eprintln!("no /dev/shm: skipped");
-        return;
-    }
-    crash_loop(
-        "bounded",
-        shm,
-        &[
-            "--segment-size",
-            "1MiB",
-            "--max-value",
-            "256KiB",
-            "--keys",
-            "300",
-            "--capacity",
-            "24MiB",
-        ],
-    );
+    crash_loop_on_shm("bounded", &["--capacity", "24MiB"]);
 }

@@ -1,20 +1,12 @@
 //! Proves that an active segment whose records are all dead, on a lane no thread writes to any
 //! more, is sealed and recycled rather than held until the store closes.
 
-use hotstore::medium::{FaultMedium, Medium};
-use hotstore::{Durability, Store};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod common;
 
-fn open(medium: &Arc<FaultMedium>) -> Store {
-    let m: Arc<dyn Medium> = medium.clone();
-    Store::builder("mem")
-        .media(vec![m])
-        .lanes(2)
-        .segment_size_bytes(1 << 20)
-        .open()
-        .unwrap()
-}
+use common::open_two_lanes as open;
+use hotstore::medium::FaultMedium;
+use hotstore::Durability;
+use std::time::{Duration, Instant};
 
 #[test]
 fn a_dead_active_segment_on_an_idle_lane_is_sealed_and_recycled() {

@@ -2,21 +2,13 @@
 //! other's keys) are still recycled, all-or-nothing, and that a crash while a group is being
 //! freed brings back nothing: the intent file makes recovery finish the job.
 
+mod common;
+
+use common::open_two_lanes as open;
 use hotstore::medium::{FaultMedium, Medium};
 use hotstore::{Durability, Store};
 use std::sync::mpsc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn open(medium: &Arc<FaultMedium>) -> Store {
-    let m: Arc<dyn Medium> = medium.clone();
-    Store::builder("mem")
-        .media(vec![m])
-        .lanes(2)
-        .segment_size_bytes(1 << 20)
-        .open()
-        .unwrap()
-}
 
 /// Two threads on two lanes build the cycle: S_x shadows a record of S_y and S_y one of S_x.
 fn build_cycle(store: &Store, then_roll: bool) {
