@@ -119,6 +119,29 @@ pub enum Error {
     /// state of the page cache is unknown after a failed sync.
     #[error("store is read-only after a failed persist ({0}); reopen it to recover what is on the device")]
     Poisoned(String),
+    /// A fragment arrived for an event that was already acknowledged (removed or kept); it
+    /// was not stored, and is counted in `stats().events.late_fragments_total`.
+    #[error("late fragment {key} for event {event}, which was already acknowledged: not stored (an acknowledged event is never merged with new fragments; use a new event number)")]
+    LateFragment {
+        /// The event.
+        event: String,
+        /// The fragment key (hex).
+        key: String,
+    },
+    /// A claim is no longer held: its lease expired, it was released, or it was acknowledged.
+    #[error("the claim {token} on event {event} is no longer held (lease expired, released or already acknowledged): the event may be with another consumer; claim again with next_event")]
+    ClaimLost {
+        /// The event.
+        event: String,
+        /// The claim token.
+        token: String,
+    },
+    /// No event with this id holds fragments.
+    #[error("no event {0} in the store (no fragment stored under its prefix)")]
+    NoSuchEvent(String),
+    /// The event was acknowledged and can no longer change state this way.
+    #[error("event {0} was already acknowledged")]
+    EventAcknowledged(String),
     /// A reservation was committed with a different length than reserved, or similar misuse.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -124,8 +124,32 @@ pub struct Loc {
 
 const _: () = assert!(std::mem::size_of::<Loc>() == 24);
 
+/// One shard's contents: the keys, and the events whose fragments shard here. Both live under
+/// one lock so that admitting a fragment and acknowledging its event exclude each other.
+/// Dereferences to the key map.
+#[derive(Default)]
+pub struct ShardMap {
+    /// Key → newest record.
+    pub keys: BTreeMap<IndexKey, Loc>,
+    /// Event prefix → lifecycle state (see `events`).
+    pub(crate) events: BTreeMap<IndexKey, crate::events::EventEntry>,
+}
+
+impl std::ops::Deref for ShardMap {
+    type Target = BTreeMap<IndexKey, Loc>;
+    fn deref(&self) -> &Self::Target {
+        &self.keys
+    }
+}
+
+impl std::ops::DerefMut for ShardMap {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.keys
+    }
+}
+
 /// One shard.
-pub type Shard = RwLock<BTreeMap<IndexKey, Loc>>;
+pub type Shard = RwLock<ShardMap>;
 
 /// The sharded index.
 pub struct Index {
@@ -138,7 +162,7 @@ impl Index {
     /// An empty index; fragment keys (`fragment_len` bytes) shard by their first `prefix_len` bytes.
     pub fn new(fragment_len: usize, prefix_len: usize) -> Self {
         Index {
-            shards: (0..SHARDS).map(|_| RwLock::new(BTreeMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| RwLock::new(ShardMap::default())).collect(),
             prefix_len,
             fragment_len,
         }
@@ -154,6 +178,12 @@ impl Index {
         // crc32c is a hardware instruction here and spreads sequential event numbers well.
         let h = crc32c::crc32c(hashed);
         &self.shards[(h as usize) & (SHARDS - 1)]
+    }
+
+    /// The shard holding the event with this prefix (the shard of each of its fragments).
+    pub fn event_shard(&self, prefix: &[u8]) -> &Shard {
+        debug_assert_eq!(prefix.len(), self.prefix_len);
+        &self.shards[(crc32c::crc32c(prefix) as usize) & (SHARDS - 1)]
     }
 
     /// All shards (for scans and statistics).

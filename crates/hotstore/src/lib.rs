@@ -20,6 +20,7 @@
 pub mod checksum;
 mod commit;
 mod error;
+pub mod events;
 pub mod index;
 mod key;
 mod maintenance;
@@ -36,6 +37,9 @@ mod tier;
 pub mod verify;
 
 pub use error::{Error, Result};
+pub use events::{
+    Ack, Claim, ClaimToken, EventCounts, EventId, EventInfo, EventPolicy, EventState,
+};
 pub use key::{FragmentKey, KeyField, KeyLayout, MAX_KEY_LEN};
 pub use medium::Domain;
 pub use meta::{Meta, TierMeta, FORMAT_VERSION, META_FILE};

@@ -117,7 +117,7 @@ fn reclaim(inner: &Inner, id: u64) {
         return;
     }
     // Whatever shadows this segment's records must be durable before they can vanish.
-    if inner.persist_all().is_err() {
+    if inner.persist_all().is_err() || !checkpoint_acked(inner, &[&seg]) {
         return;
     }
     let holders: Vec<u64> = {
@@ -144,6 +144,28 @@ fn reclaim(inner: &Inner, id: u64) {
     let mut generation = inner.space.0.lock();
     *generation += 1;
     inner.space.1.notify_all();
+}
+
+/// An event-removal record is the store's memory that its event was acknowledged (late
+/// fragments are refused by it). Before a segment holding one is recycled, the
+/// acknowledged-event set is persisted, so that memory outlives the record. False (and the
+/// segment stays) if that fails.
+fn checkpoint_acked(inner: &Inner, segs: &[&Arc<Segment>]) -> bool {
+    if !segs
+        .iter()
+        .any(|s| s.holds_event_removes.load(Ordering::Acquire))
+    {
+        return true;
+    }
+    // Cloned so the set is not locked during the write.
+    let set = inner.events.acked.lock().clone();
+    match set.store(&*inner.tiers[0].medium, inner.events.prefix_len) {
+        Ok(()) => true,
+        Err(e) => {
+            inner.poison(&e);
+            false
+        }
+    }
 }
 
 /// Recycles groups of dead segments that pin each other (S1 shadows a record of S2 and S2 one
@@ -198,7 +220,8 @@ fn reclaim_groups(inner: &Inner) {
     if members.iter().all(|s| s.pins.load(Ordering::Acquire) == 0) {
         return;
     }
-    if inner.persist_all().is_err() {
+    if inner.persist_all().is_err() || !checkpoint_acked(inner, &members.iter().collect::<Vec<_>>())
+    {
         return;
     }
     let ids: Vec<u64> = members.iter().map(|s| s.id).collect();

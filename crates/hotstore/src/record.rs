@@ -5,7 +5,7 @@
 //!  0     4    crc32c     Castagnoli, over: key ++ value ++ bytes 4..24 ++ segment id (8 bytes LE)
 //!  4     2    magic      0x5248 ("HR" little-endian)
 //!  6     1    version    RECORD_VERSION
-//!  7     1    kind       1 = put, 2 = tombstone
+//!  7     1    kind       1 = put, 2 = tombstone, 3 = event removal, 4 = event mark
 //!  8     2    key_len    1..=MAX_KEY_LEN
 //! 10     2    flags      0 (reserved)
 //! 12     4    value_len  0 for tombstones
@@ -14,6 +14,9 @@
 //!  ..    value_len value
 //!  ..    0..7 zero padding to the next multiple of 8
 //! ```
+//! Event records (kinds 3 and 4) carry an event prefix as their key (see `events`): a removal
+//! (value empty) deletes every fragment of the event with a lower lsn, as one record; a mark
+//! (value 1 byte: 1 = sealed, 2 = kept) records the event's lifecycle state.
 //! All integers little-endian. Seeding the checksum with the segment id means a record left
 //! over from a previous use of a recycled segment file never validates in the new one.
 //! Writers store key and value first and the header last, so a record interrupted by a crash
@@ -44,6 +47,44 @@ pub enum Kind {
     Put = 1,
     /// The key is removed.
     Tombstone = 2,
+    /// Every fragment of the event named by the key (an event prefix) with a lower lsn is
+    /// removed: an acknowledged `Remove`, atomic because it is one record.
+    EventRemove = 3,
+    /// The event named by the key has the lifecycle mark in the 1-byte value
+    /// ([`EVENT_MARK_SEALED`] or [`EVENT_MARK_KEPT`]); the newest mark wins.
+    EventMark = 4,
+}
+
+/// Value of an [`Kind::EventMark`] record: the producer sealed the event.
+pub const EVENT_MARK_SEALED: u8 = 1;
+/// Value of an [`Kind::EventMark`] record: a consumer acknowledged the event with `Keep`.
+pub const EVENT_MARK_KEPT: u8 = 2;
+
+impl Kind {
+    /// The kind stored as `b`, if there is one.
+    pub fn from_u8(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Put,
+            2 => Kind::Tombstone,
+            3 => Kind::EventRemove,
+            4 => Kind::EventMark,
+            _ => return None,
+        })
+    }
+
+    /// True for the kinds that name an event rather than a key.
+    pub fn is_event(self) -> bool {
+        matches!(self, Kind::EventRemove | Kind::EventMark)
+    }
+
+    /// The only value length this kind allows, if it fixes one.
+    fn fixed_value_len(self) -> Option<usize> {
+        match self {
+            Kind::Put => None,
+            Kind::Tombstone | Kind::EventRemove => Some(0),
+            Kind::EventMark => Some(1),
+        }
+    }
 }
 
 /// A parsed and validated record header.
@@ -167,17 +208,16 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, Invalid> {
     if h[6] != RECORD_VERSION {
         return Err(Invalid::BadHeader("unknown record version"));
     }
-    let kind = match h[7] {
-        1 => Kind::Put,
-        2 => Kind::Tombstone,
-        _ => return Err(Invalid::BadHeader("unknown record kind")),
+    let Some(kind) = Kind::from_u8(h[7]) else {
+        return Err(Invalid::BadHeader("unknown record kind"));
     };
     let key_len = u16::from_le_bytes([h[8], h[9]]) as usize;
     let value_len = u32::from_le_bytes([h[12], h[13], h[14], h[15]]) as usize;
     if key_len == 0 || key_len > MAX_KEY_LEN {
         return Err(Invalid::BadHeader("key length out of bounds"));
     }
-    if value_len as u64 > MAX_VALUE_LEN || (kind == Kind::Tombstone && value_len != 0) {
+    if value_len as u64 > MAX_VALUE_LEN || kind.fixed_value_len().is_some_and(|n| n != value_len)
+    {
         return Err(Invalid::BadHeader("value length out of bounds"));
     }
     let lsn = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));

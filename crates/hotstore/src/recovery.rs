@@ -216,6 +216,22 @@ fn damaged_header(
     Ok(None)
 }
 
+/// One event record found at recovery.
+pub struct EventRecord {
+    /// Removal or mark.
+    pub kind: Kind,
+    /// Event prefix.
+    pub prefix: Box<[u8]>,
+    /// Its lsn.
+    pub lsn: u64,
+    /// The 1-byte value of a mark (0 for removals).
+    pub mark: u8,
+    /// Segment holding it.
+    pub seg: Arc<Segment>,
+    /// Record length.
+    pub rec_len: u64,
+}
+
 /// Everything recovery hands to the store.
 pub struct Recovered {
     /// Segments in use (all sealed).
@@ -226,17 +242,19 @@ pub struct Recovered {
     pub max_segment_id: u64,
     /// Highest lsn seen.
     pub max_lsn: u64,
+    /// Event records (removals and marks), applied by `events::rebuild` once every key is in.
+    pub event_records: Vec<EventRecord>,
     /// The report.
     pub report: RecoveryReport,
 }
 
-fn mark_live(seg: &Segment, len: u64) {
+pub(crate) fn mark_live(seg: &Segment, len: u64) {
     seg.live_records.fetch_add(1, Ordering::Relaxed);
     seg.live_bytes.fetch_add(len, Ordering::Relaxed);
     seg.dead_bytes.fetch_sub(len, Ordering::Relaxed);
 }
 
-fn mark_dead(seg: &Segment, len: u64) {
+pub(crate) fn mark_dead(seg: &Segment, len: u64) {
     seg.live_records.fetch_sub(1, Ordering::Relaxed);
     seg.live_bytes.fetch_sub(len, Ordering::Relaxed);
     seg.dead_bytes.fetch_add(len, Ordering::Relaxed);
@@ -302,6 +320,7 @@ pub fn recover(tiers: &[Tier], index: &Index, mode: RecoveryMode) -> Result<Reco
     let mut need_summary = Vec::new();
     let mut max_segment_id = 0;
     let mut max_lsn = 0;
+    let mut event_records = Vec::new();
     // Segments a group reclaim was freeing when the process stopped: free them now.
     let intent: Vec<u64> = match tiers.first() {
         Some(t) => t
@@ -446,7 +465,28 @@ pub fn recover(tiers: &[Tier], index: &Index, mode: RecoveryMode) -> Result<Reco
                 max_lsn = max_lsn.max(e.lsn);
             }
             for e in &entries {
-                apply(index, &seg, e);
+                if e.kind.is_event() {
+                    let rec_len = record::record_len(e.key.len(), e.value_len as usize) as u64;
+                    seg.dead_bytes.fetch_add(rec_len, Ordering::Relaxed);
+                    if e.kind == Kind::EventRemove {
+                        seg.holds_event_removes.store(true, Ordering::Relaxed);
+                    }
+                    let at = e.offset as usize + HEADER_LEN + e.key.len();
+                    event_records.push(EventRecord {
+                        kind: e.kind,
+                        prefix: e.key.clone(),
+                        lsn: e.lsn,
+                        mark: if e.kind == Kind::EventMark {
+                            bytes.get(at).copied().unwrap_or(0)
+                        } else {
+                            0
+                        },
+                        seg: seg.clone(),
+                        rec_len,
+                    });
+                } else {
+                    apply(index, &seg, e);
+                }
             }
             if salvaged {
                 // Fix (found by tests/crash_points.rs, torn power cut): the seal job lists a
@@ -482,6 +522,7 @@ pub fn recover(tiers: &[Tier], index: &Index, mode: RecoveryMode) -> Result<Reco
         need_summary,
         max_segment_id,
         max_lsn,
+        event_records,
         report,
     })
 }

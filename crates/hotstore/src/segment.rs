@@ -137,6 +137,9 @@ pub struct Segment {
     pub pinned_by: Mutex<HashSet<u64>>,
     /// Set once the file was handed back for reuse.
     pub recycled: AtomicBool,
+    /// Holds event-removal records: the acknowledged-event set must be persisted before this
+    /// segment is recycled (see `events::acked`).
+    pub holds_event_removes: AtomicBool,
 }
 
 impl std::fmt::Debug for Segment {
@@ -173,6 +176,7 @@ impl Segment {
             pins: AtomicU64::new(0),
             pinned_by: Mutex::new(HashSet::new()),
             recycled: AtomicBool::new(false),
+            holds_event_removes: AtomicBool::new(false),
         }
     }
 

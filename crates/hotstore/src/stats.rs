@@ -66,6 +66,8 @@ pub struct Stats {
     pub full_errors: u64,
     /// Key layout.
     pub layout: String,
+    /// Events by state, and lifecycle counters.
+    pub events: crate::events::EventCounts,
     /// Why the store is read-only, if it is.
     pub poisoned: Option<String>,
     /// Per tier.

@@ -8,7 +8,10 @@
 
 use crate::commit::GroupCommit;
 use crate::error::{Error, Result};
-use crate::index::{Index, IndexKey, Loc};
+use crate::events::acked::AckedSet;
+use crate::events::policy::Policies;
+use crate::events::Events;
+use crate::index::{Index, IndexKey, Loc, ShardMap};
 use crate::key::{check_key, KeyLayout};
 use crate::maintenance::{self, Job};
 use crate::medium::{Domain, FileMedium, Medium};
@@ -55,6 +58,7 @@ pub(crate) struct Inner {
     pub(crate) verify_on_read: bool,
     pub(crate) tiers: Vec<Tier>,
     pub(crate) index: Index,
+    pub(crate) events: Events,
     pub(crate) lanes: Box<[PaddedLane]>,
     pub(crate) segments: Mutex<HashMap<u64, Arc<Segment>>>,
     pub(crate) next_segment_id: AtomicU64,
@@ -74,7 +78,7 @@ pub(crate) struct Inner {
 /// Dropping it seals the active segments, writes their summaries and persists everything
 /// (errors are lost then: call [`Store::close`] to see them).
 pub struct Store {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     maintenance: Option<JoinHandle<()>>,
     report: RecoveryReport,
 }
@@ -227,6 +231,13 @@ impl Store {
         }
         let index = Index::new(layout.key_len(), layout.event_prefix_len());
         let recovered = recovery::recover(&tiers, &index, options.recovery)?;
+        let events = Events::new(
+            &layout,
+            Policies::load(&*tiers[0].medium)?,
+            AckedSet::load(&*tiers[0].medium, layout.event_prefix_len())?,
+        );
+        // Before any reclaim decision: removals kill fragments and marks become live.
+        crate::events::rebuild::rebuild(&events, &index, &recovered.event_records);
         // After recovery, which would otherwise adopt the new files a second time.
         if options.preallocate_bytes > 0 {
             tiers[0].preallocate(options.preallocate_bytes)?;
@@ -263,6 +274,7 @@ impl Store {
             verify_on_read: options.verify_on_read,
             tiers,
             index,
+            events,
             lanes: lanes
                 .into_iter()
                 .map(|l| PaddedLane(Mutex::new(l)))
@@ -654,7 +666,7 @@ impl Inner {
     /// *without* holding the lane. Fix (found by tests/full.rs): the wait used to hold the
     /// lane, so a thread sharing it could not remove anything, and the space the writer waited
     /// for never came (with one lane, never at all).
-    fn lane_with_room(
+    pub(crate) fn lane_with_room(
         &self,
         rec_len: usize,
         full_wait: Option<Duration>,
@@ -759,22 +771,91 @@ impl Inner {
     }
 
     /// Writes the header of a record whose key and value are in place, and makes it visible.
+    /// A fragment put is first admitted by the event table (a fragment of an acknowledged
+    /// event is refused, unpublished), and accounted to its event after.
     #[allow(
         clippy::too_many_arguments,
         reason = "the parts of one record, kept apart to avoid copies"
     )]
     fn publish(
         &self,
-        _lane: &mut Lane, // proof that the caller holds the lane owning `seg`
+        lane: &mut Lane, // proof that the caller holds the lane owning `seg`
         seg: &Arc<Segment>,
         off: usize,
         kind: Kind,
         key: &[u8],
         value_len: usize,
         body_crc: u32,
-        shard: &mut std::collections::BTreeMap<IndexKey, Loc>,
+        shard: &mut ShardMap,
     ) -> Result<()> {
-        // Taken under the shard lock, so per key the index order is the lsn order.
+        let fragment = self.events.is_fragment(key);
+        if fragment && kind == Kind::Put {
+            self.events.admit(shard, key)?;
+        }
+        let lsn = self.write_header(lane, seg, off, kind, key, value_len, body_crc)?;
+        let len = record::record_len(key.len(), value_len) as u64;
+        let old = match kind {
+            Kind::Put => {
+                seg.live_records.fetch_add(1, Ordering::AcqRel);
+                seg.live_bytes.fetch_add(len, Ordering::Relaxed);
+                let old = shard.insert(
+                    IndexKey::new(key),
+                    Loc {
+                        seg: seg.clone(),
+                        offset: off as u32,
+                        value_len: value_len as u32,
+                        lsn,
+                    },
+                );
+                if fragment {
+                    self.events.on_put(shard, key, value_len, old.as_ref());
+                }
+                old
+            }
+            Kind::Tombstone => {
+                seg.dead_bytes.fetch_add(len, Ordering::Relaxed);
+                let old = shard.remove(&IndexKey::new(key));
+                if let (true, Some(o)) = (fragment, &old) {
+                    if let Some(mark) = self.events.on_remove(shard, key, o) {
+                        self.retire(&mark.seg, mark.rec_len);
+                    }
+                }
+                old
+            }
+            Kind::EventRemove | Kind::EventMark => {
+                return Err(Error::InvalidArgument(
+                    "event records are written by the event calls, not as keys".into(),
+                ))
+            }
+        };
+        if let Some(old) = old {
+            // Pin before the old segment can be seen dead, so the recycler cannot miss us.
+            recovery::pin(seg, &old.seg);
+            self.retire(
+                &old.seg,
+                record::record_len(key.len(), old.value_len as usize) as u64,
+            );
+        }
+        Ok(())
+    }
+
+    /// Writes the header of the record at `off` (key and value in place), takes its lsn and
+    /// moves the segment's end past it. Called under the index shard lock of the key, so per
+    /// key (and per event) the lsn order is the index order.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts of one record, kept apart to avoid copies"
+    )]
+    pub(crate) fn write_header(
+        &self,
+        _lane: &mut Lane,
+        seg: &Arc<Segment>,
+        off: usize,
+        kind: Kind,
+        key: &[u8],
+        value_len: usize,
+        body_crc: u32,
+    ) -> Result<u64> {
         let lsn = self.next_lsn.fetch_add(1, Ordering::Relaxed);
         let header = record::encode_header_with(seg.id, kind, key.len(), value_len, lsn, body_crc);
         let rec_len = record::record_len(key.len(), value_len);
@@ -791,37 +872,16 @@ impl Inner {
             unsafe { seg.write_at(off, &header) };
         }
         seg.end.store(off + rec_len, Ordering::Release);
-        let len = rec_len as u64;
-        let old = match kind {
-            Kind::Put => {
-                seg.live_records.fetch_add(1, Ordering::AcqRel);
-                seg.live_bytes.fetch_add(len, Ordering::Relaxed);
-                shard.insert(
-                    IndexKey::new(key),
-                    Loc {
-                        seg: seg.clone(),
-                        offset: off as u32,
-                        value_len: value_len as u32,
-                        lsn,
-                    },
-                )
-            }
-            Kind::Tombstone => {
-                seg.dead_bytes.fetch_add(len, Ordering::Relaxed);
-                shard.remove(&IndexKey::new(key))
-            }
-        };
-        if let Some(old) = old {
-            // Pin before the old segment can be seen dead, so the recycler cannot miss us.
-            recovery::pin(seg, &old.seg);
-            let old_len = record::record_len(key.len(), old.value_len as usize) as u64;
-            old.seg.live_bytes.fetch_sub(old_len, Ordering::Relaxed);
-            old.seg.dead_bytes.fetch_add(old_len, Ordering::Relaxed);
-            if old.seg.live_records.fetch_sub(1, Ordering::AcqRel) == 1 {
-                self.maybe_reclaim(&old.seg);
-            }
+        Ok(lsn)
+    }
+
+    /// A live record of `rec_len` bytes in `seg` became dead.
+    pub(crate) fn retire(&self, seg: &Arc<Segment>, rec_len: u64) {
+        seg.live_bytes.fetch_sub(rec_len, Ordering::Relaxed);
+        seg.dead_bytes.fetch_add(rec_len, Ordering::Relaxed);
+        if seg.live_records.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.maybe_reclaim(seg);
         }
-        Ok(())
     }
 
     /// A removal found nothing to remove: with `Persisted`, the absence it reports must
@@ -829,7 +889,7 @@ impl Inner {
     /// possibly another lane's) may not be durable yet, so persist everything published.
     /// Fix (found by tests/crash_points.rs): `remove` used to answer `Ok(false)` at once, and
     /// a power cut then revived a key whose Persisted removal had been acknowledged.
-    fn durable_absence(&self, durability: Durability) -> Result<()> {
+    pub(crate) fn durable_absence(&self, durability: Durability) -> Result<()> {
         if durability == Durability::Memory {
             return Ok(());
         }
@@ -837,7 +897,7 @@ impl Inner {
     }
 
     /// Makes the published record durable as asked; consumes the lane guard.
-    fn durable(
+    pub(crate) fn durable(
         &self,
         lane: MutexGuard<'_, Lane>,
         seg: &Arc<Segment>,
@@ -942,6 +1002,10 @@ impl Inner {
             removes: self.lanes.iter().map(|l| l.0.lock().removes).sum(),
             full_errors: self.counters.full_errors.load(Ordering::Relaxed),
             layout: self.layout.to_string(),
+            events: {
+                self.events.sweep(&self.index, Instant::now());
+                self.events.counts()
+            },
             poisoned: self.poisoned.lock().clone(),
             tiers,
         }

@@ -9,7 +9,7 @@
 //! 16  8  segment id    must equal the id in the segment header, else the summary is stale
 //! 24  8  records end   offset just past the last record
 //! 32  n entries, each:
-//!        1  kind       1 = put, 2 = tombstone
+//!        1  kind       as in the record (1 put, 2 tombstone, 3 event removal, 4 event mark)
 //!        1  reserved   0
 //!        2  key_len
 //!        4  value_len
@@ -95,11 +95,7 @@ pub fn decode(segment_id: u64, b: &[u8]) -> Option<(u64, Vec<Entry>)> {
         if at + ENTRY_FIXED > body.len() {
             return None;
         }
-        let kind = match body[at] {
-            1 => Kind::Put,
-            2 => Kind::Tombstone,
-            _ => return None,
-        };
+        let kind = Kind::from_u8(body[at])?;
         let key_len = u16::from_le_bytes([body[at + 2], body[at + 3]]) as usize;
         let value_len = u32_at(at + 4);
         let offset = u32_at(at + 8);

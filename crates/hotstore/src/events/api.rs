@@ -1,0 +1,207 @@
+//! The event calls of [`Store`]: read an event, seal it, claim the next one, acknowledge,
+//! list events, and set policies.
+
+use super::acked::successor;
+use super::records::EventWrite;
+use super::{Ack, Claim, ClaimToken, EventId, EventInfo, EventPolicy};
+use crate::error::{Error, Result};
+use crate::options::Durability;
+use crate::store::{Inner, Store};
+use std::ops::Bound;
+use std::time::{Duration, Instant};
+
+impl Store {
+    /// All fragments (key, value) of the event `id`, in key order (empty if it has none).
+    pub fn event(&self, id: &EventId) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.inner.check_event_id(id)?;
+        self.inner.event_fragments(id.as_bytes())
+    }
+
+    /// Seals the event: its producer says no more fragments will come, so it is READY now
+    /// (complete, whatever the policy expected). Durable as asked. Sealing twice is a no-op;
+    /// sealing an event without fragments is [`Error::NoSuchEvent`], an acknowledged one
+    /// [`Error::EventAcknowledged`].
+    pub fn seal(&self, id: &EventId, durability: Durability) -> Result<()> {
+        self.inner
+            .write_event_record(id.as_bytes(), EventWrite::Seal, durability, |e| match e {
+                None => Err(Error::NoSuchEvent(id.to_string())),
+                Some(e) if matches!(e.state, super::State::Kept) => {
+                    Err(Error::EventAcknowledged(id.to_string()))
+                }
+                Some(e) => Ok(!e.sealed),
+            })
+    }
+
+    /// Claims the oldest READY event for `consumer` for `lease`, without waiting: `None` if no
+    /// event is READY. No other consumer gets the event while the lease holds.
+    pub fn next_event(&self, consumer: &str, lease: Duration) -> Result<Option<Claim>> {
+        self.inner.next_event(consumer, lease, None)
+    }
+
+    /// [`Store::next_event`], waiting up to `timeout` for an event to become READY.
+    pub fn next_event_wait(
+        &self,
+        consumer: &str,
+        lease: Duration,
+        timeout: Duration,
+    ) -> Result<Option<Claim>> {
+        self.inner.next_event(consumer, lease, Some(timeout))
+    }
+
+    /// Acknowledges a claim by its token (see [`Claim::into_token`]). `Remove` deletes every
+    /// fragment of the event as one record; `Keep` keeps it stored and never offers it again.
+    /// [`Error::ClaimLost`] if the claim is no longer held.
+    pub fn ack(&self, token: &ClaimToken, ack: Ack, durability: Durability) -> Result<()> {
+        self.inner.ack(token, ack, durability)
+    }
+
+    /// Gives a claimed event back (READY again, in its old place). [`Error::ClaimLost`] if the
+    /// claim is no longer held.
+    pub fn release(&self, token: &ClaimToken) -> Result<()> {
+        self.inner.release(token)
+    }
+
+    /// Up to `limit` events with `from <= id < to` (`to = None`: to the end), in id order, each
+    /// with its state, fragment count and bytes.
+    pub fn events(&self, from: &EventId, to: Option<&EventId>, limit: usize) -> Vec<EventInfo> {
+        let inner = &self.inner;
+        inner.events.sweep(&inner.index, Instant::now());
+        let upper = match to {
+            Some(t) => Bound::Excluded(t.as_bytes()),
+            None => Bound::Unbounded,
+        };
+        if to.is_some_and(|t| t < from) {
+            return Vec::new();
+        }
+        let mut out: Vec<EventInfo> = Vec::new();
+        for shard in inner.index.shards() {
+            let shard = shard.read();
+            for (k, e) in shard
+                .events
+                .range::<[u8], _>((Bound::Included(from.as_bytes()), upper))
+                .take(limit)
+            {
+                out.push(e.info(k.as_bytes()));
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out.truncate(limit);
+        out
+    }
+
+    /// The events of run `run` (default layout) with `from <= event < to`, as [`Store::events`].
+    pub fn events_in_run(&self, run: u32, from: u64, to: Option<u64>, limit: usize) -> Vec<EventInfo> {
+        let to = match to {
+            Some(t) => Some(EventId::new(run, t)),
+            None => run.checked_add(1).map(|r| EventId::new(r, 0)),
+        };
+        self.events(&EventId::new(run, from), to.as_ref(), limit)
+    }
+
+    /// The state of one event, if it has fragments.
+    pub fn event_info(&self, id: &EventId) -> Option<EventInfo> {
+        let inner = &self.inner;
+        if inner.check_event_id(id).is_err() {
+            return None;
+        }
+        inner.events.sweep(&inner.index, Instant::now());
+        let shard = inner.index.event_shard(id.as_bytes()).read();
+        shard.events.get(id.as_bytes()).map(|e| e.info(id.as_bytes()))
+    }
+
+    /// The policy that applies to events of `run` (the layout's first field).
+    pub fn event_policy(&self, run: Option<u64>) -> EventPolicy {
+        self.inner.events.policies.read().for_run(run)
+    }
+
+    /// Sets the store-wide event policy, durably. OPEN events that it makes complete become
+    /// READY at once; a new timeout applies to events opened after this call.
+    pub fn set_event_policy(&self, policy: EventPolicy) -> Result<()> {
+        policy.validate()?;
+        self.inner.update_policies(|p| p.default = policy)
+    }
+
+    /// Overrides the policy for one run (`None` removes the override), durably.
+    pub fn set_run_policy(&self, run: u64, policy: Option<EventPolicy>) -> Result<()> {
+        if let Some(p) = &policy {
+            p.validate()?;
+        }
+        self.inner.update_policies(|p| match policy {
+            Some(policy) => {
+                p.runs.insert(run, policy);
+            }
+            None => {
+                p.runs.remove(&run);
+            }
+        })
+    }
+}
+
+impl Inner {
+    pub(crate) fn check_event_id(&self, id: &EventId) -> Result<()> {
+        if id.as_bytes().len() != self.events.prefix_len {
+            return Err(Error::InvalidArgument(format!(
+                "an event id of this store is {} bytes (layout `{}`), not {}",
+                self.events.prefix_len,
+                self.layout,
+                id.as_bytes().len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The fragment keys of event `prefix` as index bounds.
+    fn event_bounds(prefix: &[u8]) -> (Bound<&[u8]>, Option<Box<[u8]>>) {
+        (Bound::Included(prefix), successor(prefix))
+    }
+
+    pub(crate) fn for_each_event_fragment(
+        &self,
+        prefix: &[u8],
+        mut f: impl FnMut(&[u8], &[u8]),
+    ) -> Result<()> {
+        let (lower, upper) = Self::event_bounds(prefix);
+        let upper = match &upper {
+            Some(u) => Bound::Excluded(&**u),
+            None => Bound::Unbounded,
+        };
+        let shard = self.index.event_shard(prefix).read();
+        for (k, loc) in shard.keys.range::<[u8], _>((lower, upper)) {
+            if k.as_bytes().len() != self.events.fragment_len {
+                continue;
+            }
+            f(k.as_bytes(), self.read_value(k.as_bytes(), loc)?);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn event_fragments(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        self.for_each_event_fragment(prefix, |k, v| out.push((k.to_vec(), v.to_vec())))?;
+        Ok(out)
+    }
+
+    fn update_policies(&self, change: impl FnOnce(&mut super::policy::Policies)) -> Result<()> {
+        {
+            let mut p = self.events.policies.write();
+            let mut next = p.clone();
+            change(&mut next);
+            next.store(&*self.tiers[0].medium)?;
+            *p = next;
+        }
+        // OPEN events the new policy completes become READY.
+        for shard in self.index.shards() {
+            let mut shard = shard.write();
+            let shard = &mut *shard;
+            for (k, e) in shard.events.iter_mut() {
+                if matches!(e.state, super::State::Open) {
+                    let expected = self.events.policy_for(k.as_bytes()).expected_fragments;
+                    if expected > 0 && e.fragments >= expected {
+                        self.events.make_ready(e, k.as_bytes(), false);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,264 @@
+//! Claims: `next_event` leases one READY event to one consumer; the claim is settled by an
+//! acknowledgement (`Remove` or `Keep`, durable) or given back (`release`, a dropped [`Claim`],
+//! an expired lease), which makes the event READY again in its old place.
+
+use super::records::EventWrite;
+use super::{EventId, State};
+use crate::error::{Error, Result};
+use crate::options::Durability;
+use crate::store::Inner;
+use std::cmp::Reverse;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How a consumer settles a claimed event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ack {
+    /// Delete every fragment of the event (one atomic record); the event never comes back.
+    Remove,
+    /// Keep the fragments stored (e.g. for export); the event is never offered again.
+    Keep,
+}
+
+/// Names one claim on one event: what `ack` and `release` take. Printable and parseable
+/// (`<event prefix hex>:<claim number>`) so a server can hand it to a remote consumer.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ClaimToken {
+    /// The claimed event.
+    pub event: EventId,
+    /// The claim's number (unique within one open store).
+    pub claim: u64,
+}
+
+impl fmt::Display for ClaimToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", super::hex(self.event.as_bytes()), self.claim)
+    }
+}
+
+impl fmt::Debug for ClaimToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ClaimToken({self})")
+    }
+}
+
+impl FromStr for ClaimToken {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || Error::InvalidArgument(format!("`{s}` is not a claim token (hex:number)"));
+        let (prefix, claim) = s.split_once(':').ok_or_else(bad)?;
+        let prefix = super::unhex(prefix).filter(|p| !p.is_empty()).ok_or_else(bad)?;
+        Ok(ClaimToken {
+            event: EventId::from_prefix(&prefix),
+            claim: claim.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+/// An exclusive claim on one READY event. Settle it with [`Claim::ack`] or
+/// [`Claim::release`]; dropping it unsettled releases it (the event is READY again at once).
+/// [`Claim::into_token`] detaches it: the lease alone then bounds it.
+pub struct Claim {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) token: ClaimToken,
+    pub(crate) fragments: u32,
+    pub(crate) bytes: u64,
+    pub(crate) incomplete: bool,
+    pub(crate) lease_until: Instant,
+    pub(crate) settled: bool,
+}
+
+impl fmt::Debug for Claim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Claim")
+            .field("token", &self.token)
+            .field("fragments", &self.fragments)
+            .field("bytes", &self.bytes)
+            .field("incomplete", &self.incomplete)
+            .finish()
+    }
+}
+
+impl Claim {
+    /// The claim's token.
+    pub fn token(&self) -> &ClaimToken {
+        &self.token
+    }
+    /// The claimed event.
+    pub fn event(&self) -> &EventId {
+        &self.token.event
+    }
+    /// Fragments stored when it was claimed.
+    pub fn fragment_count(&self) -> u32 {
+        self.fragments
+    }
+    /// Bytes of fragment values when it was claimed.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    /// True if it became READY by its timeout, before the expected fragments arrived.
+    pub fn incomplete(&self) -> bool {
+        self.incomplete
+    }
+    /// When the lease ends (after that, acknowledging fails with `ClaimLost`).
+    pub fn lease_until(&self) -> Instant {
+        self.lease_until
+    }
+
+    /// The event's fragments (key, value), in key order.
+    pub fn fragments(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.inner.event_fragments(self.token.event.as_bytes())
+    }
+
+    /// Calls `f` with each fragment (key, value) in key order, in place (no copy).
+    pub fn for_each_fragment(&self, f: impl FnMut(&[u8], &[u8])) -> Result<()> {
+        self.inner
+            .for_each_event_fragment(self.token.event.as_bytes(), f)
+    }
+
+    /// Acknowledges durably (`Persisted`).
+    pub fn ack(self, ack: Ack) -> Result<()> {
+        self.ack_with(ack, Durability::Persisted)
+    }
+
+    /// Acknowledges with the given durability.
+    pub fn ack_with(mut self, ack: Ack, durability: Durability) -> Result<()> {
+        self.settled = true;
+        self.inner.ack(&self.token, ack, durability)
+    }
+
+    /// Gives the event back: READY again, in its old place.
+    pub fn release(mut self) -> Result<()> {
+        self.settled = true;
+        self.inner.release(&self.token)
+    }
+
+    /// Detaches the claim from this handle: dropping the token does not release the event;
+    /// settle it with `Store::ack` / `Store::release`, or let the lease expire.
+    pub fn into_token(mut self) -> ClaimToken {
+        self.settled = true;
+        self.token.clone()
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.settled {
+            // Already expired or settled elsewhere: nothing to give back.
+            let _ = self.inner.release(&self.token);
+        }
+    }
+}
+
+impl Inner {
+    /// Claims the oldest READY event for `consumer` for `lease`; waits up to `wait` for one.
+    pub(crate) fn next_event(
+        self: &Arc<Self>,
+        consumer: &str,
+        lease: Duration,
+        wait: Option<Duration>,
+    ) -> Result<Option<Claim>> {
+        if lease.is_zero() {
+            return Err(Error::InvalidArgument("a lease must be longer than 0".into()));
+        }
+        self.check_poisoned()?;
+        let deadline = wait.map(|w| Instant::now() + w);
+        let consumer: Arc<str> = consumer.into();
+        let ev = &self.events;
+        loop {
+            let next_timer = ev.sweep(&self.index, Instant::now());
+            let popped = ev.ready.lock().heap.pop();
+            if let Some(Reverse((seq, prefix))) = popped {
+                let p = prefix.as_bytes();
+                let mut shard = self.index.event_shard(p).write();
+                let Some(e) = shard.events.get_mut(p) else {
+                    continue;
+                };
+                if !matches!(e.state, State::Ready { seq: s } if s == seq) {
+                    continue; // stale: the event moved on since it was queued
+                }
+                ev.leave_state(e);
+                let claim = ev.new_claim(p, lease);
+                e.state = State::Claimed {
+                    seq,
+                    claim,
+                    consumer: consumer.clone(),
+                };
+                ev.enter_state(e);
+                return Ok(Some(Claim {
+                    inner: self.clone(),
+                    token: ClaimToken {
+                        event: EventId::from_prefix(p),
+                        claim,
+                    },
+                    fragments: e.fragments,
+                    bytes: e.bytes,
+                    incomplete: e.incomplete,
+                    lease_until: Instant::now() + lease,
+                    settled: false,
+                }));
+            }
+            let Some(deadline) = deadline else {
+                return Ok(None);
+            };
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            let until = next_timer.map_or(deadline, |t| t.min(deadline));
+            let mut q = ev.ready.lock();
+            if q.heap.is_empty() {
+                ev.ready_cv.wait_until(&mut q, until);
+            }
+        }
+    }
+
+    /// Settles a claim with an acknowledgement, durably as asked.
+    pub(crate) fn ack(&self, token: &ClaimToken, ack: Ack, durability: Durability) -> Result<()> {
+        let what = match ack {
+            Ack::Remove => EventWrite::Remove,
+            Ack::Keep => EventWrite::Keep,
+        };
+        self.write_event_record(token.event.as_bytes(), what, durability, |e| match e {
+            Some(e) if matches!(e.state, State::Claimed { claim, .. } if claim == token.claim) => {
+                Ok(true)
+            }
+            _ => Err(claim_lost(token)),
+        })
+    }
+
+    /// Gives a claimed event back: READY again, in its old place.
+    pub(crate) fn release(&self, token: &ClaimToken) -> Result<()> {
+        let p = token.event.as_bytes();
+        if p.len() != self.events.prefix_len {
+            return Err(claim_lost(token));
+        }
+        let mut shard = self.index.event_shard(p).write();
+        let Some(e) = shard.events.get_mut(p) else {
+            return Err(claim_lost(token));
+        };
+        if !matches!(e.state, State::Claimed { claim, .. } if claim == token.claim) {
+            return Err(claim_lost(token));
+        }
+        self.events.count_released();
+        if e.fragments == 0 {
+            // Its fragments were removed one by one while it was claimed: nothing to offer.
+            let entry = shard.events.remove(p).expect("present above");
+            self.events.leave_state(&entry);
+            if let Some(m) = entry.mark {
+                self.retire(&m.seg, m.rec_len);
+            }
+            return Ok(());
+        }
+        self.events.make_ready(e, p, false);
+        Ok(())
+    }
+}
+
+fn claim_lost(token: &ClaimToken) -> Error {
+    Error::ClaimLost {
+        event: token.event.to_string(),
+        token: token.to_string(),
+    }
+}

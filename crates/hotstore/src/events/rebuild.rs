@@ -1,0 +1,133 @@
+//! Rebuilding the event table at open, from the recovered keys and event records.
+//!
+//! 1. Each event removal deletes the fragments of its event with a lower lsn (and pins their
+//!    segments, as a tombstone does) and marks the event acknowledged.
+//! 2. The newest mark of each event that still has fragments (and is newer than any removal of
+//!    it) is live: `kept` → KEPT (acknowledged), `sealed` → sealed. Other marks are dead.
+//! 3. Every event with fragments gets an entry: KEPT, READY (sealed or expected count reached)
+//!    or OPEN (its timeout restarts now). Recovered READY events enter the queue in id order.
+
+use super::{EventEntry, Events, MarkLoc, State};
+use crate::index::{Index, IndexKey, TOMBSTONE_LEN};
+use crate::record::{self, Kind, EVENT_MARK_KEPT, EVENT_MARK_SEALED};
+use crate::recovery::{mark_dead, mark_live, pin, EventRecord};
+use std::cmp::Reverse;
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::time::Instant;
+
+pub(crate) fn rebuild(events: &Events, index: &Index, records: &[EventRecord]) {
+    let plen = events.prefix_len;
+    let flen = events.fragment_len;
+    let mut removed_at: HashMap<&[u8], u64> = HashMap::new();
+    let mut acked = events.acked.lock();
+    for r in records
+        .iter()
+        .filter(|r| r.kind == Kind::EventRemove && r.prefix.len() == plen)
+    {
+        acked.insert(&r.prefix);
+        let at = removed_at.entry(&r.prefix).or_insert(0);
+        *at = (*at).max(r.lsn);
+        let mut shard = index.event_shard(&r.prefix).write();
+        let doomed: Vec<IndexKey> = shard
+            .keys
+            .range::<[u8], _>((Bound::Included(&*r.prefix), Bound::Unbounded))
+            .take_while(|(k, _)| k.as_bytes().starts_with(&r.prefix))
+            .filter(|(k, loc)| {
+                k.as_bytes().len() == flen && loc.lsn < r.lsn && loc.value_len != TOMBSTONE_LEN
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in doomed {
+            if let Some(loc) = shard.keys.remove(&k) {
+                pin(&r.seg, &loc.seg);
+                mark_dead(
+                    &loc.seg,
+                    record::record_len(flen, loc.value_len as usize) as u64,
+                );
+            }
+        }
+    }
+    let mut marks: HashMap<&[u8], &EventRecord> = HashMap::new();
+    for r in records
+        .iter()
+        .filter(|r| r.kind == Kind::EventMark && r.prefix.len() == plen)
+    {
+        if removed_at.get(&*r.prefix).is_some_and(|&at| at > r.lsn) {
+            continue;
+        }
+        let newest = marks.entry(&r.prefix).or_insert(r);
+        if r.lsn > newest.lsn {
+            *newest = r;
+        }
+    }
+    let now = Instant::now();
+    let mut ready = Vec::new();
+    let mut timers = Vec::new();
+    for shard in index.shards() {
+        let mut shard = shard.write();
+        let mut found: Vec<(IndexKey, u32, u64)> = Vec::new();
+        for (k, loc) in shard.keys.iter() {
+            let k = k.as_bytes();
+            if k.len() != flen {
+                continue;
+            }
+            let prefix = &k[..plen];
+            match found.last_mut() {
+                Some((p, n, b)) if p.as_bytes() == prefix => {
+                    *n += 1;
+                    *b += u64::from(loc.value_len);
+                }
+                _ => found.push((IndexKey::new(prefix), 1, u64::from(loc.value_len))),
+            }
+        }
+        for (prefix, fragments, bytes) in found {
+            let p = prefix.as_bytes();
+            let mark = marks.get(p).map(|r| {
+                mark_live(&r.seg, r.rec_len);
+                MarkLoc {
+                    seg: r.seg.clone(),
+                    rec_len: r.rec_len,
+                    kept: r.mark == EVENT_MARK_KEPT,
+                }
+            });
+            let kept = mark.as_ref().is_some_and(|m| m.kept);
+            let sealed = marks.get(p).is_some_and(|r| r.mark == EVENT_MARK_SEALED);
+            if kept {
+                acked.insert(p);
+            }
+            let policy = events.policy_for(p);
+            let complete = policy.expected_fragments > 0 && fragments >= policy.expected_fragments;
+            let state = if kept {
+                State::Kept
+            } else if sealed || complete {
+                ready.push(prefix.clone());
+                State::Open // made READY below, in id order
+            } else {
+                if let Some(t) = policy.timeout() {
+                    timers.push(Reverse((now + t, prefix.clone())));
+                }
+                State::Open
+            };
+            let entry = EventEntry {
+                fragments,
+                bytes,
+                state,
+                incomplete: false,
+                sealed,
+                mark,
+            };
+            events.enter_state(&entry);
+            shard.events.insert(prefix, entry);
+        }
+    }
+    drop(acked);
+    ready.sort();
+    for prefix in ready {
+        let mut shard = index.event_shard(prefix.as_bytes()).write();
+        if let Some(e) = shard.events.get_mut(prefix.as_bytes()) {
+            events.make_ready(e, prefix.as_bytes(), false);
+        }
+    }
+    events.add_timers(timers);
+}
