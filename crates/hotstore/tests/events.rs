@@ -1,0 +1,313 @@
+//! Proves the event lifecycle: READY by count, seal or timeout; exclusive claims with leases; durable Remove/Keep acknowledgements that survive kill -9 and power cuts; late fragments refused; queries and counts.
+
+mod common;
+
+use hotstore::medium::FaultMedium;
+use hotstore::{
+    Ack, Durability, Error, EventId, EventPolicy, EventState, FragmentKey, Store,
+};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+fn frag(run: u32, event: u64, det: u16) -> Vec<u8> {
+    FragmentKey::new(run, event, det, 0).to_bytes().to_vec()
+}
+
+fn value(run: u32, event: u64, det: u16) -> Vec<u8> {
+    format!("r{run}e{event}d{det}").repeat(1 + det as usize).into_bytes()
+}
+
+fn put_event(store: &Store, run: u32, event: u64, dets: u16, d: Durability) {
+    for det in 0..dets {
+        store
+            .put(&frag(run, event, det), &value(run, event, det), d)
+            .unwrap();
+    }
+}
+
+fn store_expecting(medium: &Arc<FaultMedium>, n: u32) -> Store {
+    let s = common::open_two_lanes(medium);
+    s.set_event_policy(EventPolicy::expecting(n)).unwrap();
+    s
+}
+
+#[test]
+fn event_is_ready_when_complete_and_claims_are_exclusive() {
+    let m = FaultMedium::new("events");
+    let s = store_expecting(&m, 3);
+    put_event(&s, 1, 10, 2, Durability::Memory);
+    assert_eq!(s.event_info(&EventId::new(1, 10)).unwrap().state, EventState::Open);
+    assert!(s.next_event("a", LEASE).unwrap().is_none(), "2 of 3 fragments");
+    put_event(&s, 1, 10, 3, Durability::Memory); // overwrites 0,1; adds 2
+    let info = s.event_info(&EventId::new(1, 10)).unwrap();
+    assert_eq!((info.state, info.fragments), (EventState::Ready, 3));
+    let claim = s.next_event("a", LEASE).unwrap().expect("ready");
+    assert_eq!(claim.event(), &EventId::new(1, 10));
+    assert_eq!(claim.fragment_count(), 3);
+    assert!(s.next_event("b", LEASE).unwrap().is_none(), "exclusive");
+    let frags = claim.fragments().unwrap();
+    assert_eq!(frags.len(), 3);
+    for (i, (k, v)) in frags.iter().enumerate() {
+        assert_eq!(k, &frag(1, 10, i as u16));
+        assert_eq!(v, &value(1, 10, i as u16));
+    }
+    assert_eq!(s.event(&EventId::new(1, 10)).unwrap(), frags);
+    let c = s.stats().events;
+    assert_eq!((c.open, c.ready, c.claimed), (0, 0, 1));
+    claim.ack(Ack::Remove).unwrap();
+    assert!(s.event(&EventId::new(1, 10)).unwrap().is_empty());
+    assert_eq!(s.stats().entries, 0);
+    assert_eq!(s.stats().events.removed_total, 1);
+    // A late fragment is refused, counted, and not stored.
+    let late = s.put(&frag(1, 10, 7), b"late", Durability::Memory);
+    assert!(matches!(late, Err(Error::LateFragment { .. })), "{late:?}");
+    assert_eq!(s.stats().events.late_fragments_total, 1);
+    assert!(!s.contains(&frag(1, 10, 7)));
+}
+
+#[test]
+fn oldest_ready_first_and_released_events_keep_their_place() {
+    let m = FaultMedium::new("order");
+    let s = store_expecting(&m, 1);
+    for e in [5u64, 3, 9] {
+        put_event(&s, 1, e, 1, Durability::Memory);
+    }
+    let first = s.next_event("a", LEASE).unwrap().unwrap();
+    assert_eq!(first.event(), &EventId::new(1, 5), "ready order, not id order");
+    drop(first); // a dropped claim goes back to READY, in its old place
+    let again = s.next_event("a", LEASE).unwrap().unwrap();
+    assert_eq!(again.event(), &EventId::new(1, 5));
+    let second = s.next_event("b", LEASE).unwrap().unwrap();
+    assert_eq!(second.event(), &EventId::new(1, 3));
+    again.release().unwrap();
+    assert_eq!(
+        s.next_event("c", LEASE).unwrap().unwrap().event(),
+        &EventId::new(1, 5)
+    );
+    assert_eq!(s.stats().events.released_total, 3);
+}
+
+#[test]
+fn expired_lease_goes_back_to_ready_and_the_old_token_is_refused() {
+    let m = FaultMedium::new("lease");
+    let s = store_expecting(&m, 1);
+    put_event(&s, 2, 1, 1, Durability::Memory);
+    let token = s
+        .next_event("slow", Duration::from_millis(30))
+        .unwrap()
+        .unwrap()
+        .into_token();
+    assert!(s.next_event("fast", LEASE).unwrap().is_none());
+    std::thread::sleep(Duration::from_millis(60));
+    let claim = s.next_event("fast", LEASE).unwrap().expect("lease expired");
+    assert_eq!(claim.event(), &EventId::new(2, 1));
+    let stale = s.ack(&token, Ack::Remove, Durability::Persisted);
+    assert!(matches!(stale, Err(Error::ClaimLost { .. })), "{stale:?}");
+    assert_eq!(s.event(&EventId::new(2, 1)).unwrap().len(), 1, "untouched");
+    assert_eq!(s.stats().events.leases_expired_total, 1);
+    // The token's text form round-trips (the server hands it out).
+    let t = claim.token().clone();
+    assert_eq!(t.to_string().parse::<hotstore::ClaimToken>().unwrap(), t);
+    claim.ack(Ack::Keep).unwrap();
+    assert!(matches!(
+        s.release(&t),
+        Err(Error::ClaimLost { .. })
+    ));
+}
+
+#[test]
+fn seal_and_timeout_make_events_ready() {
+    let m = FaultMedium::new("seal");
+    let s = common::open_two_lanes(&m);
+    s.set_event_policy(EventPolicy::expecting(4)).unwrap();
+    s.set_run_policy(
+        9,
+        Some(EventPolicy::expecting(4).with_timeout(Duration::from_millis(40))),
+    )
+    .unwrap();
+    put_event(&s, 1, 1, 2, Durability::Memory);
+    put_event(&s, 9, 1, 2, Durability::Memory);
+    assert!(matches!(
+        s.seal(&EventId::new(1, 99), Durability::Persisted),
+        Err(Error::NoSuchEvent(_))
+    ));
+    s.seal(&EventId::new(1, 1), Durability::Persisted).unwrap();
+    s.seal(&EventId::new(1, 1), Durability::Persisted).unwrap(); // no-op
+    let sealed = s.next_event("a", LEASE).unwrap().unwrap();
+    assert_eq!(sealed.event(), &EventId::new(1, 1));
+    assert!(!sealed.incomplete());
+    // Run 9 times out: a blocking claim waits for it.
+    let t0 = Instant::now();
+    let timed = s
+        .next_event_wait("a", LEASE, Duration::from_secs(5))
+        .unwrap()
+        .expect("timed out into READY");
+    assert!(t0.elapsed() >= Duration::from_millis(20));
+    assert_eq!(timed.event(), &EventId::new(9, 1));
+    assert!(timed.incomplete());
+    assert_eq!(s.stats().events.timed_out_total, 1);
+    assert_eq!(s.stats().events.incomplete, 1);
+    timed.ack(Ack::Remove).unwrap();
+    assert_eq!(s.stats().events.incomplete, 0);
+    // The policy is stored: a reopen sees it.
+    drop(sealed);
+    s.close().unwrap();
+    let s = common::open_two_lanes(&m.process_crash());
+    assert_eq!(s.event_policy(Some(9)).incomplete_timeout_ms, 40);
+    assert_eq!(s.event_policy(Some(1)).expected_fragments, 4);
+}
+
+#[test]
+fn blocking_claim_wakes_when_a_producer_completes_an_event() {
+    let m = FaultMedium::new("block");
+    let s = Arc::new(store_expecting(&m, 2));
+    let producer = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            put_event(&s, 3, 3, 2, Durability::Memory);
+        })
+    };
+    let claim = s
+        .next_event_wait("c", LEASE, Duration::from_secs(10))
+        .unwrap()
+        .expect("woken by the producer");
+    assert_eq!(claim.event(), &EventId::new(3, 3));
+    producer.join().unwrap();
+    assert!(s
+        .next_event_wait("c", LEASE, Duration::from_millis(20))
+        .unwrap()
+        .is_none());
+}
+
+#[test]
+fn range_query_lists_states_counts_and_bytes() {
+    let m = FaultMedium::new("range");
+    let s = store_expecting(&m, 2);
+    for e in 0..10u64 {
+        put_event(&s, 4, e, if e % 2 == 0 { 2 } else { 1 }, Durability::Memory);
+    }
+    put_event(&s, 5, 0, 2, Durability::Memory);
+    let c = s.next_event("x", LEASE).unwrap().unwrap();
+    assert_eq!(c.event(), &EventId::new(4, 0));
+    let list = s.events_in_run(4, 0, None, 100);
+    assert_eq!(list.len(), 10, "run 5 is outside");
+    assert_eq!(list[0].state, EventState::Claimed);
+    assert_eq!(list[0].claimed_by.as_deref(), Some("x"));
+    assert_eq!(list[1].state, EventState::Open);
+    assert_eq!(list[2].state, EventState::Ready);
+    let bytes = (value(4, 2, 0).len() + value(4, 2, 1).len()) as u64;
+    assert_eq!((list[2].fragments, list[2].bytes), (2, bytes));
+    let page = s.events_in_run(4, 3, Some(8), 2);
+    let ids: Vec<_> = page.iter().map(|i| i.id.clone()).collect();
+    assert_eq!(ids, vec![EventId::new(4, 3), EventId::new(4, 4)]);
+    let counts = s.stats().events;
+    assert_eq!((counts.open, counts.ready, counts.claimed), (5, 5, 1));
+}
+
+#[test]
+fn acknowledgements_survive_kill9_and_power_cut_and_unacked_events_come_back() {
+    for power_cut in [false, true] {
+        let m = FaultMedium::new("crash");
+        let s = store_expecting(&m, 2);
+        for e in 0..6u64 {
+            put_event(&s, 1, e, 2, Durability::Persisted);
+        }
+        let mut acked = Vec::new();
+        for i in 0..4 {
+            let c = s.next_event("c", LEASE).unwrap().unwrap();
+            let ev = c.event().clone();
+            let how = if i % 2 == 0 { Ack::Remove } else { Ack::Keep };
+            c.ack(how).unwrap();
+            acked.push((ev, how));
+        }
+        let claimed_not_acked = s.next_event("c", LEASE).unwrap().unwrap().into_token();
+        let image = if power_cut {
+            m.crash(None)
+        } else {
+            m.process_crash()
+        };
+        std::mem::forget(s); // the process died: no clean close
+        let s = common::open_two_lanes(&image);
+        for (ev, how) in &acked {
+            let frags = s.event(ev).unwrap();
+            match how {
+                Ack::Remove => assert!(frags.is_empty(), "removed {ev} came back"),
+                Ack::Keep => {
+                    assert_eq!(frags.len(), 2, "kept {ev} lost");
+                    assert_eq!(s.event_info(ev).unwrap().state, EventState::Kept);
+                }
+            }
+            let late = s.put(&frag(1, ev.run_event().unwrap().1, 5), b"x", Durability::Memory);
+            assert!(matches!(late, Err(Error::LateFragment { .. })), "{late:?}");
+        }
+        // Every event not acknowledged is offered again, the claimed one included.
+        let mut offered = Vec::new();
+        while let Some(c) = s.next_event("after", LEASE).unwrap() {
+            offered.push(c.event().clone());
+            c.ack(Ack::Remove).unwrap();
+        }
+        offered.sort();
+        let mut expected: Vec<EventId> = (0..6u64)
+            .map(|e| EventId::new(1, e))
+            .filter(|e| !acked.iter().any(|(a, _)| a == e))
+            .collect();
+        expected.sort();
+        assert_eq!(offered, expected, "power_cut={power_cut}");
+        assert!(expected.contains(&claimed_not_acked.event));
+        assert_eq!(s.stats().events.kept, 2);
+    }
+}
+
+#[test]
+fn removal_is_one_atomic_record_under_torn_power_cuts() {
+    // An event of many fragments spread over segments; its removal is one record, so after
+    // any power cut the event is either whole or gone, never partial.
+    for seed in 0..20u64 {
+        let m = FaultMedium::new("atomic");
+        let s = store_expecting(&m, 40);
+        put_event(&s, 1, 1, 40, Durability::Persisted);
+        let c = s.next_event("c", LEASE).unwrap().unwrap();
+        c.ack_with(Ack::Remove, Durability::Memory).unwrap();
+        let image = m.crash(Some(seed));
+        std::mem::forget(s);
+        let s = common::open_two_lanes(&image);
+        let n = s.event(&EventId::new(1, 1)).unwrap().len();
+        assert!(n == 0 || n == 40, "seed {seed}: {n} of 40 fragments");
+    }
+}
+
+#[test]
+fn acknowledged_set_outlives_recycled_removal_records() {
+    // Small segments: removal records are recycled with the fragments they removed; the
+    // acknowledged set persisted before that still refuses late fragments after a reopen.
+    let m = FaultMedium::new("recycle");
+    let s = store_expecting(&m, 1);
+    let big = vec![7u8; 20_000];
+    for e in 0..400u64 {
+        s.put(&frag(1, e, 0), &big, Durability::Memory).unwrap();
+        s.next_event("c", LEASE)
+            .unwrap()
+            .unwrap()
+            .ack_with(Ack::Remove, Durability::Memory)
+            .unwrap();
+    }
+    s.flush().unwrap();
+    // Let maintenance recycle the dead segments.
+    let t0 = Instant::now();
+    while s.stats().segments > 4 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(s.stats().segments <= 4, "segments were not recycled");
+    assert_eq!(s.stats().events.acked_intervals, 1);
+    s.close().unwrap();
+    let s = common::open_two_lanes(&m.crash(None));
+    for e in [0u64, 17, 399] {
+        let late = s.put(&frag(1, e, 1), b"late", Durability::Memory);
+        assert!(matches!(late, Err(Error::LateFragment { .. })), "event {e}: {late:?}");
+    }
+    s.put(&frag(1, 400, 0), b"new", Durability::Memory).unwrap();
+    assert_eq!(s.stats().events.ready, 1);
+}
