@@ -9,6 +9,7 @@ mod bench_recovery;
 mod dump;
 mod inspect;
 mod limits;
+mod minidaq;
 mod stress;
 mod util;
 mod verify;
@@ -43,6 +44,7 @@ enum Command {
     Dump(DumpArgs),
     Stress(StressArgs),
     Bench(BenchArgs),
+    Minidaq(MinidaqArgs),
 }
 
 /// Show what is in a store: layout, tiers and what survives a power cut, sizes, recovery.
@@ -254,6 +256,110 @@ struct BenchArgs {
     preallocate: bool,
 }
 
+/// The DAQ benchmark: readout threads write events, collectors claim, check and acknowledge them.
+///
+/// Readout threads write events of --detectors fragments (keys run, event, detector, 0) into
+/// the store's memory; the store's event policy expects --detectors fragments, so each event is
+/// READY when its last fragment lands. Collector threads claim READY events (next_event),
+/// check every fragment's pattern (derived from its key: a wrong, cut or damaged fragment is an
+/// integrity error), and acknowledge it: Keep with probability --acceptance, else Remove.
+///
+/// fill-drain: readout fills (for --duration, --events, or until 90% of --capacity), then the
+/// collectors drain everything (DAQDB Fig. 3). parallel: both at once (Fig. 4); readout waits
+/// for space when the store is full.
+///
+/// Throughput is sampled every --sample-ms; the report gives the median, p1 and p99 of the
+/// samples after --warmup, for readout (fragments and bytes per second) and collection
+/// (fragments, bytes and events per second), beside the machine's write limit (memcpy on a
+/// memory file system, O_DIRECT writes on a disk) and the ratio of readout bytes/s to it.
+///
+/// The store is a fresh, preallocated temporary one under /dev/shm (the temp dir where there
+/// is none) unless --store is given. Exit status 1 if any integrity error was found.
+#[derive(Args)]
+struct MinidaqArgs {
+    /// fill-drain (fill, then drain) or parallel (readout and collection at once).
+    #[arg(long, value_enum, default_value = "parallel")]
+    mode: minidaq::Mode,
+    /// Readout threads.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=128))]
+    readout_threads: u16,
+    /// Collector threads (0 only in parallel mode: readout alone, until the store is full).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=128))]
+    collector_threads: u16,
+    /// Fragments per event.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    detectors: u16,
+    /// Fragment size (mean, with --fragment-distro poisson).
+    #[arg(long, default_value = "10KiB", value_parser = parse_size, value_name = "BYTES")]
+    fragment_size: u64,
+    /// Fragment size distribution.
+    #[arg(long, value_enum, default_value = "const")]
+    fragment_distro: minidaq::workload::Distro,
+    /// Probability that a collector keeps an event (Keep) rather than removing it.
+    #[arg(long, default_value_t = 0.0, value_name = "P")]
+    acceptance: f64,
+    /// Seconds to run (fill-drain: to fill). Default 3 unless --events is given.
+    #[arg(long, value_parser = parse_secs, value_name = "SECS")]
+    duration: Option<f64>,
+    /// Events to write in all (instead of, or as well as, --duration).
+    #[arg(long, value_name = "N")]
+    events: Option<u64>,
+    /// Sampling interval of the throughput, in milliseconds.
+    #[arg(long, default_value_t = 5, value_name = "MS")]
+    sample_ms: u64,
+    /// Ramp-up left out of the figures.
+    #[arg(long, default_value = "0.2", value_parser = parse_secs, value_name = "SECS")]
+    warmup: f64,
+    /// Skip the collectors' check of each fragment's pattern.
+    #[arg(long)]
+    no_verify: bool,
+    /// Store directory (default: a fresh temporary store, removed afterwards).
+    #[arg(long)]
+    store: Option<PathBuf>,
+    /// Durability of fragment writes and acknowledgements.
+    #[arg(long, value_enum, default_value = "persisted")]
+    durability: DurabilityArg,
+    /// Store capacity (preallocated for a temporary store).
+    #[arg(long, default_value = "2GiB", value_parser = parse_size, value_name = "BYTES")]
+    capacity: u64,
+    /// Lease of each claim.
+    #[arg(long, default_value = "30", value_parser = parse_secs, value_name = "SECS")]
+    lease: f64,
+    /// Seed of the sizes and the acceptance draws.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object (readout.ops_per_sec, readout.bytes_per_sec, collect.ops_per_sec,
+    /// collect.bytes_per_sec, collect.events_per_sec, integrity_errors, limit_bytes_per_sec,
+    /// ratio, and more); with --sweep, {"sweep": [...], "plot": path}.
+    #[arg(long)]
+    json: bool,
+    /// Write the throughput samples to this CSV file.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Plot throughput over time to this PNG (with --sweep: the sweep plot, default
+    /// minidaq-sweep.png).
+    #[arg(long, value_name = "FILE.png")]
+    plot: Option<PathBuf>,
+    /// Run a grid: `fragment-size=100,1000,10000,100000`; plots fragments/s and bytes/s
+    /// against fragment size (DAQDB Fig. 4).
+    #[arg(long, value_name = "fragment-size=LIST")]
+    sweep: Option<String>,
+    /// Log every acknowledged operation (put, removed, kept) to this file, for crash tests.
+    #[arg(long, value_name = "FILE")]
+    ack_log: Option<PathBuf>,
+}
+
+fn parse_sweep(s: &str) -> CliResult<Vec<u64>> {
+    let Some(list) = s.strip_prefix("fragment-size=") else {
+        return util::fail(format!(
+            "--sweep `{s}`: only fragment-size=LIST is supported (e.g. fragment-size=100,1000,10000)"
+        ));
+    };
+    list.split(',')
+        .map(|v| parse_size(v.trim()).map_err(|e| CliError::Msg(format!("--sweep: {e}"))))
+        .collect()
+}
+
 fn run(cli: Cli) -> CliResult<ExitCode> {
     match cli.command {
         Command::Inspect(a) => inspect::run(&a.dir, a.json)?,
@@ -271,6 +377,40 @@ fn run(cli: Cli) -> CliResult<ExitCode> {
             capacity: a.capacity,
             durability: a.durability.into(),
         })?,
+        Command::Minidaq(a) => {
+            let duration = match (a.duration, a.events) {
+                (Some(d), _) => Some(Duration::from_secs_f64(d)),
+                (None, Some(_)) => None,
+                (None, None) => Some(Duration::from_secs(3)),
+            };
+            let ok = minidaq::run(&minidaq::Config {
+                store: a.store,
+                durability: a.durability.into(),
+                readout_threads: a.readout_threads as usize,
+                collector_threads: a.collector_threads as usize,
+                detectors: a.detectors,
+                fragment_size: a.fragment_size,
+                distro: a.fragment_distro,
+                acceptance: a.acceptance,
+                mode: a.mode,
+                duration,
+                events: a.events,
+                sample_ms: a.sample_ms,
+                warmup: Duration::from_secs_f64(a.warmup),
+                verify: !a.no_verify,
+                capacity: a.capacity,
+                lease: Duration::from_secs_f64(a.lease),
+                seed: a.seed,
+                json: a.json,
+                csv: a.csv,
+                plot: a.plot,
+                sweep: a.sweep.as_deref().map(parse_sweep).transpose()?,
+                ack_log: a.ack_log,
+            })?;
+            if !ok {
+                return Ok(ExitCode::from(util::EXIT_DAMAGE));
+            }
+        }
         Command::Bench(a) => bench::run(&bench::Config {
             op: a.op,
             dir: a.dir,

@@ -162,7 +162,9 @@ impl Index {
     /// An empty index; fragment keys (`fragment_len` bytes) shard by their first `prefix_len` bytes.
     pub fn new(fragment_len: usize, prefix_len: usize) -> Self {
         Index {
-            shards: (0..SHARDS).map(|_| RwLock::new(ShardMap::default())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| RwLock::new(ShardMap::default()))
+                .collect(),
             prefix_len,
             fragment_len,
         }

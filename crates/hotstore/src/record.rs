@@ -42,6 +42,7 @@ const _: () = assert!(MAX_KEY_LEN < u16::MAX as usize);
 
 /// What a record says about its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Kind {
     /// The key has this value.
     Put = 1,
@@ -216,8 +217,7 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, Invalid> {
     if key_len == 0 || key_len > MAX_KEY_LEN {
         return Err(Invalid::BadHeader("key length out of bounds"));
     }
-    if value_len as u64 > MAX_VALUE_LEN || kind.fixed_value_len().is_some_and(|n| n != value_len)
-    {
+    if value_len as u64 > MAX_VALUE_LEN || kind.fixed_value_len().is_some_and(|n| n != value_len) {
         return Err(Invalid::BadHeader("value length out of bounds"));
     }
     let lsn = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));

@@ -3,9 +3,7 @@
 mod common;
 
 use hotstore::medium::FaultMedium;
-use hotstore::{
-    Ack, Durability, Error, EventId, EventPolicy, EventState, FragmentKey, Store,
-};
+use hotstore::{Ack, Durability, Error, EventId, EventPolicy, EventState, FragmentKey, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +14,9 @@ fn frag(run: u32, event: u64, det: u16) -> Vec<u8> {
 }
 
 fn value(run: u32, event: u64, det: u16) -> Vec<u8> {
-    format!("r{run}e{event}d{det}").repeat(1 + det as usize).into_bytes()
+    format!("r{run}e{event}d{det}")
+        .repeat(1 + det as usize)
+        .into_bytes()
 }
 
 fn put_event(store: &Store, run: u32, event: u64, dets: u16, d: Durability) {
@@ -38,8 +38,14 @@ fn event_is_ready_when_complete_and_claims_are_exclusive() {
     let m = FaultMedium::new("events");
     let s = store_expecting(&m, 3);
     put_event(&s, 1, 10, 2, Durability::Memory);
-    assert_eq!(s.event_info(&EventId::new(1, 10)).unwrap().state, EventState::Open);
-    assert!(s.next_event("a", LEASE).unwrap().is_none(), "2 of 3 fragments");
+    assert_eq!(
+        s.event_info(&EventId::new(1, 10)).unwrap().state,
+        EventState::Open
+    );
+    assert!(
+        s.next_event("a", LEASE).unwrap().is_none(),
+        "2 of 3 fragments"
+    );
     put_event(&s, 1, 10, 3, Durability::Memory); // overwrites 0,1; adds 2
     let info = s.event_info(&EventId::new(1, 10)).unwrap();
     assert_eq!((info.state, info.fragments), (EventState::Ready, 3));
@@ -75,7 +81,11 @@ fn oldest_ready_first_and_released_events_keep_their_place() {
         put_event(&s, 1, e, 1, Durability::Memory);
     }
     let first = s.next_event("a", LEASE).unwrap().unwrap();
-    assert_eq!(first.event(), &EventId::new(1, 5), "ready order, not id order");
+    assert_eq!(
+        first.event(),
+        &EventId::new(1, 5),
+        "ready order, not id order"
+    );
     drop(first); // a dropped claim goes back to READY, in its old place
     let again = s.next_event("a", LEASE).unwrap().unwrap();
     assert_eq!(again.event(), &EventId::new(1, 5));
@@ -111,10 +121,7 @@ fn expired_lease_goes_back_to_ready_and_the_old_token_is_refused() {
     let t = claim.token().clone();
     assert_eq!(t.to_string().parse::<hotstore::ClaimToken>().unwrap(), t);
     claim.ack(Ack::Keep).unwrap();
-    assert!(matches!(
-        s.release(&t),
-        Err(Error::ClaimLost { .. })
-    ));
+    assert!(matches!(s.release(&t), Err(Error::ClaimLost { .. })));
 }
 
 #[test]
@@ -240,7 +247,11 @@ fn acknowledgements_survive_kill9_and_power_cut_and_unacked_events_come_back() {
                     assert_eq!(s.event_info(ev).unwrap().state, EventState::Kept);
                 }
             }
-            let late = s.put(&frag(1, ev.run_event().unwrap().1, 5), b"x", Durability::Memory);
+            let late = s.put(
+                &frag(1, ev.run_event().unwrap().1, 5),
+                b"x",
+                Durability::Memory,
+            );
             assert!(matches!(late, Err(Error::LateFragment { .. })), "{late:?}");
         }
         // Every event not acknowledged is offered again, the claimed one included.
@@ -306,7 +317,10 @@ fn acknowledged_set_outlives_recycled_removal_records() {
     let s = common::open_two_lanes(&m.crash(None));
     for e in [0u64, 17, 399] {
         let late = s.put(&frag(1, e, 1), b"late", Durability::Memory);
-        assert!(matches!(late, Err(Error::LateFragment { .. })), "event {e}: {late:?}");
+        assert!(
+            matches!(late, Err(Error::LateFragment { .. })),
+            "event {e}: {late:?}"
+        );
     }
     s.put(&frag(1, 400, 0), b"new", Durability::Memory).unwrap();
     assert_eq!(s.stats().events.ready, 1);

@@ -165,12 +165,13 @@ impl AckedSet {
         }
         let mut set = AckedSet::default();
         for (f, l) in disk.ranges {
-            let (Some(f), Some(l)) = (super::unhex(&f), super::unhex(&l))
-            else {
+            let (Some(f), Some(l)) = (super::unhex(&f), super::unhex(&l)) else {
                 return Err(bad("an interval bound is not hex".into()));
             };
             if f.len() != prefix_len || l.len() != prefix_len || f > l {
-                return Err(bad("an interval has bounds of the wrong length or order".into()));
+                return Err(bad(
+                    "an interval has bounds of the wrong length or order".into()
+                ));
             }
             set.insert_range(&f, &l);
         }

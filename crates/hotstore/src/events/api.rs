@@ -90,7 +90,13 @@ impl Store {
     }
 
     /// The events of run `run` (default layout) with `from <= event < to`, as [`Store::events`].
-    pub fn events_in_run(&self, run: u32, from: u64, to: Option<u64>, limit: usize) -> Vec<EventInfo> {
+    pub fn events_in_run(
+        &self,
+        run: u32,
+        from: u64,
+        to: Option<u64>,
+        limit: usize,
+    ) -> Vec<EventInfo> {
         let to = match to {
             Some(t) => Some(EventId::new(run, t)),
             None => run.checked_add(1).map(|r| EventId::new(r, 0)),
@@ -106,7 +112,10 @@ impl Store {
         }
         inner.events.sweep(&inner.index, Instant::now());
         let shard = inner.index.event_shard(id.as_bytes()).read();
-        shard.events.get(id.as_bytes()).map(|e| e.info(id.as_bytes()))
+        shard
+            .events
+            .get(id.as_bytes())
+            .map(|e| e.info(id.as_bytes()))
     }
 
     /// The policy that applies to events of `run` (the layout's first field).

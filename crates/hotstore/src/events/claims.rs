@@ -49,7 +49,9 @@ impl FromStr for ClaimToken {
     fn from_str(s: &str) -> Result<Self> {
         let bad = || Error::InvalidArgument(format!("`{s}` is not a claim token (hex:number)"));
         let (prefix, claim) = s.split_once(':').ok_or_else(bad)?;
-        let prefix = super::unhex(prefix).filter(|p| !p.is_empty()).ok_or_else(bad)?;
+        let prefix = super::unhex(prefix)
+            .filter(|p| !p.is_empty())
+            .ok_or_else(bad)?;
         Ok(ClaimToken {
             event: EventId::from_prefix(&prefix),
             claim: claim.parse().map_err(|_| bad())?,
@@ -161,7 +163,9 @@ impl Inner {
         wait: Option<Duration>,
     ) -> Result<Option<Claim>> {
         if lease.is_zero() {
-            return Err(Error::InvalidArgument("a lease must be longer than 0".into()));
+            return Err(Error::InvalidArgument(
+                "a lease must be longer than 0".into(),
+            ));
         }
         self.check_poisoned()?;
         let deadline = wait.map(|w| Instant::now() + w);

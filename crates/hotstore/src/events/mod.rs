@@ -27,9 +27,9 @@
 pub(crate) mod acked;
 mod api;
 mod claims;
-mod records;
 pub(crate) mod policy;
 pub(crate) mod rebuild;
+mod records;
 
 pub use claims::{Ack, Claim, ClaimToken};
 pub use policy::{EventPolicy, MAX_EXPECTED_FRAGMENTS};
@@ -490,9 +490,11 @@ impl Events {
 
     pub(crate) fn new_claim(&self, prefix: &[u8], lease: Duration) -> u64 {
         let claim = self.next_claim.fetch_add(1, Ordering::Relaxed);
-        self.leases
-            .lock()
-            .push(Reverse((Instant::now() + lease, claim, IndexKey::new(prefix))));
+        self.leases.lock().push(Reverse((
+            Instant::now() + lease,
+            claim,
+            IndexKey::new(prefix),
+        )));
         claim
     }
 

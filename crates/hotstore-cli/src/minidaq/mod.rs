@@ -1,0 +1,543 @@
+//! `hotstore minidaq`: the DAQ benchmark (a superset of DAQDB's minidaq). Readout threads write
+//! events of `detectors` fragments into a store; collector threads claim complete events, check
+//! and acknowledge them (Keep with probability `acceptance`, else Remove). `fill-drain` fills
+//! first and drains after (DAQDB Fig. 3); `parallel` runs both at once (Fig. 4). Throughput is
+//! sampled every `sample_ms` and reported as median, p1 and p99 of the samples after the
+//! ramp-up, beside the machine's write limit (memcpy for a memory file system).
+
+pub mod plot;
+pub mod sampling;
+pub mod workload;
+
+use crate::limits;
+use crate::util::{fail, human_bytes, human_count, CliError, CliResult};
+use hotstore::{Durability, EventPolicy, Store, TierSpec};
+use sampling::{Counters, RateStats, Sample, Sampler};
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use workload::{Distro, Pattern, Shared};
+
+/// Fill-drain or parallel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Readout fills the store, then collectors drain it (DAQDB Fig. 3).
+    FillDrain,
+    /// Readout and collection at once (DAQDB Fig. 4).
+    Parallel,
+}
+
+/// What `hotstore minidaq` was asked to do.
+#[derive(Clone)]
+pub struct Config {
+    pub store: Option<PathBuf>,
+    pub durability: Durability,
+    pub readout_threads: usize,
+    pub collector_threads: usize,
+    pub detectors: u16,
+    pub fragment_size: u64,
+    pub distro: Distro,
+    pub acceptance: f64,
+    pub mode: Mode,
+    pub duration: Option<Duration>,
+    pub events: Option<u64>,
+    pub sample_ms: u64,
+    pub warmup: Duration,
+    pub verify: bool,
+    pub capacity: u64,
+    pub lease: Duration,
+    pub seed: u64,
+    pub json: bool,
+    pub csv: Option<PathBuf>,
+    pub plot: Option<PathBuf>,
+    pub sweep: Option<Vec<u64>>,
+    pub ack_log: Option<PathBuf>,
+}
+
+/// Throughput of one side.
+#[derive(Serialize, Clone, Copy, Default)]
+pub struct Side {
+    /// Median of the per-sample fragment rates.
+    pub ops_per_sec: f64,
+    pub ops_per_sec_p1: f64,
+    pub ops_per_sec_p99: f64,
+    /// Fragments over the whole phase divided by its time.
+    pub ops_per_sec_mean: f64,
+    pub bytes_per_sec: f64,
+    pub bytes_per_sec_p1: f64,
+    pub bytes_per_sec_p99: f64,
+    pub bytes_per_sec_mean: f64,
+    /// Collect side only: events acknowledged per second (median).
+    pub events_per_sec: f64,
+    /// Samples the figures are taken over.
+    pub samples: usize,
+}
+
+/// One run's result (`--json`).
+#[derive(Serialize, Clone)]
+pub struct Report {
+    pub mode: Mode,
+    pub readout_threads: usize,
+    pub collector_threads: usize,
+    pub detectors: u16,
+    pub fragment_size: u64,
+    pub fragment_distro: Distro,
+    pub acceptance: f64,
+    pub durability: String,
+    pub store: String,
+    pub store_survives_power_cut: bool,
+    pub sample_ms: u64,
+    pub readout: Side,
+    pub collect: Side,
+    pub events_written: u64,
+    pub events_collected: u64,
+    pub events_kept: u64,
+    pub integrity_errors: u64,
+    pub late_fragments: u64,
+    pub elapsed_secs: f64,
+    pub limit_name: String,
+    pub limit_bytes_per_sec: f64,
+    /// Readout bytes/s (median) over the limit.
+    pub ratio: f64,
+}
+
+fn side(samples: &[Sample], readout: bool) -> Side {
+    let stats = |f: &dyn Fn(&Sample) -> f64| -> Option<RateStats> {
+        sampling::rate_stats(samples, f64::NEG_INFINITY, f)
+    };
+    let (ops, bytes) = if readout {
+        (
+            stats(&|s| s.readout_ops as f64),
+            stats(&|s| s.readout_bytes as f64),
+        )
+    } else {
+        (
+            stats(&|s| s.collect_ops as f64),
+            stats(&|s| s.collect_bytes as f64),
+        )
+    };
+    let events = (!readout)
+        .then(|| stats(&|s| s.collect_events as f64))
+        .flatten();
+    let (Some(o), Some(b)) = (ops, bytes) else {
+        return Side::default();
+    };
+    Side {
+        ops_per_sec: o.median,
+        ops_per_sec_p1: o.p1,
+        ops_per_sec_p99: o.p99,
+        ops_per_sec_mean: o.mean,
+        bytes_per_sec: b.median,
+        bytes_per_sec_p1: b.p1,
+        bytes_per_sec_p99: b.p99,
+        bytes_per_sec_mean: b.mean,
+        events_per_sec: events.map_or(0.0, |e| e.median),
+        samples: o.samples,
+    }
+}
+
+/// Samples inside `[from, to)` seconds (by their whole interval).
+fn window(samples: &[Sample], from: f64, to: f64) -> Vec<Sample> {
+    samples
+        .iter()
+        .filter(|s| s.start_secs() >= from - 1e-9 && s.t_secs <= to + 1e-9)
+        .copied()
+        .collect()
+}
+
+fn base_dir() -> PathBuf {
+    if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// Runs `hotstore minidaq` (one run, or the sweep).
+pub fn run(cfg: &Config) -> CliResult<bool> {
+    if cfg.sample_ms == 0 {
+        return fail("--sample-ms must be at least 1");
+    }
+    if !(0.0..=1.0).contains(&cfg.acceptance) {
+        return fail("--acceptance is a probability: 0 to 1");
+    }
+    if cfg.detectors == 0 || cfg.fragment_size == 0 {
+        return fail("--detectors and --fragment-size must be at least 1");
+    }
+    if cfg.fragment_size > hotstore::MAX_VALUE_LEN / 2 {
+        return fail(format!(
+            "--fragment-size {} is larger than the maximum of {} for this benchmark",
+            cfg.fragment_size,
+            hotstore::MAX_VALUE_LEN / 2
+        ));
+    }
+    if cfg.collector_threads == 0 && cfg.mode == Mode::FillDrain {
+        return fail("fill-drain needs at least one collector thread (--collector-threads)");
+    }
+    match &cfg.sweep {
+        Some(sizes) => sweep(cfg, sizes),
+        None => {
+            let limit = measure_limit(cfg)?;
+            let (report, samples) = run_once(cfg, &limit)?;
+            print_report(cfg, &report)?;
+            if let Some(csv) = &cfg.csv {
+                sampling::write_csv(csv, &samples)
+                    .map_err(|e| CliError::Msg(format!("cannot write {}: {e}", csv.display())))?;
+            }
+            if let Some(png) = &cfg.plot {
+                let title = format!(
+                    "hotstore minidaq {:?}: {} RO, {} CL, {} x {}",
+                    cfg.mode,
+                    cfg.readout_threads,
+                    cfg.collector_threads,
+                    cfg.detectors,
+                    human_bytes(cfg.fragment_size as f64)
+                );
+                plot::plot_timeline(png, &title, &samples)
+                    .map_err(|e| CliError::Msg(e.to_string()))?;
+                if !cfg.json {
+                    println!("plot:    {}", png.display());
+                }
+            }
+            Ok(report.integrity_errors == 0)
+        }
+    }
+}
+
+fn measure_limit(cfg: &Config) -> CliResult<limits::Limit> {
+    let dir = cfg.store.clone().unwrap_or_else(base_dir);
+    if !cfg.json {
+        eprintln!("measuring the machine's limit under {} ...", dir.display());
+    }
+    Ok(limits::write_limit_for(
+        &dir,
+        cfg.readout_threads,
+        Duration::from_millis(500),
+    ))
+}
+
+fn sweep(cfg: &Config, sizes: &[u64]) -> CliResult<bool> {
+    let limit = measure_limit(cfg)?;
+    let label = format!("L-{}RO-{}CL", cfg.readout_threads, cfg.collector_threads);
+    let mut points = Vec::new();
+    let mut reports = Vec::new();
+    let mut intact = true;
+    for &size in sizes {
+        let mut c = cfg.clone();
+        c.fragment_size = size;
+        c.sweep = None;
+        let (r, _) = run_once(&c, &limit)?;
+        if !cfg.json {
+            println!(
+                "fragment {:>10}: readout {:>9} frag/s {:>10}/s | collect {:>9} frag/s {:>10}/s | integrity errors {}",
+                human_bytes(size as f64),
+                human_count(r.readout.ops_per_sec),
+                human_bytes(r.readout.bytes_per_sec),
+                human_count(r.collect.ops_per_sec),
+                human_bytes(r.collect.bytes_per_sec),
+                r.integrity_errors
+            );
+        }
+        intact &= r.integrity_errors == 0;
+        points.push(plot::SweepPoint {
+            fragment_size: size,
+            readout_ops_per_sec: r.readout.ops_per_sec,
+            readout_bytes_per_sec: r.readout.bytes_per_sec,
+            collect_ops_per_sec: r.collect.ops_per_sec,
+            collect_bytes_per_sec: r.collect.bytes_per_sec,
+            label: label.clone(),
+        });
+        reports.push(r);
+    }
+    let png = cfg
+        .plot
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("minidaq-sweep.png"));
+    plot::plot_sweep(
+        &png,
+        &format!("hotstore minidaq {:?} sweep", cfg.mode),
+        &points,
+        Some(limit.bytes_per_sec),
+    )
+    .map_err(|e| CliError::Msg(e.to_string()))?;
+    if cfg.json {
+        let out = serde_json::json!({ "sweep": reports, "plot": png });
+        println!("{out}");
+    } else {
+        println!(
+            "limit:   {}: {}/s",
+            limit.name,
+            human_bytes(limit.bytes_per_sec)
+        );
+        println!("plot:    {}", png.display());
+    }
+    Ok(intact)
+}
+
+/// The store for a run: a fresh temporary one (kept alive by the returned guard) or `--store`.
+fn open_store(cfg: &Config) -> CliResult<(Option<tempfile::TempDir>, Store)> {
+    let (tmp, dir) = match &cfg.store {
+        Some(d) => (None, d.clone()),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("hotstore-minidaq-")
+                .tempdir_in(base_dir())
+                .map_err(|e| CliError::Msg(format!("cannot create a temporary store: {e}")))?;
+            let d = t.path().to_path_buf();
+            (Some(t), d)
+        }
+    };
+    let lanes = (cfg.readout_threads + cfg.collector_threads).clamp(2, 256);
+    let mut b = Store::builder(&dir)
+        .tier(TierSpec::new(".").capacity_bytes(cfg.capacity))
+        .lanes(lanes);
+    if tmp.is_some() {
+        // A fresh buffer is allocated up front, as a DAQ buffer is: the run then measures the
+        // store, not the kernel zeroing new pages.
+        b = b.preallocate_bytes(cfg.capacity);
+    }
+    let store = b.open()?;
+    Ok((tmp, store))
+}
+
+/// One run with a fresh sampler; returns the report and the samples.
+fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sample>)> {
+    let (_tmp, store) = open_store(cfg)?;
+    let s = store.stats();
+    let survives = s.tiers.iter().all(|t| t.survives_power_cut);
+    let store_desc = format!(
+        "{} ({})",
+        store.dir().display(),
+        s.tiers
+            .first()
+            .map(|t| t.power_safety())
+            .unwrap_or_default()
+    );
+    store.set_event_policy(EventPolicy::expecting(u32::from(cfg.detectors)))?;
+    // A store that already holds data (--store) gets a run number of its own, so no event of
+    // this run was acknowledged before.
+    let run = if s.entries == 0 && s.events.acked_intervals == 0 {
+        1
+    } else {
+        (cfg.seed as u32 ^ std::process::id()).max(2)
+    };
+    let ack_log = match &cfg.ack_log {
+        Some(p) => Some(
+            workload::AckLog::open(p)
+                .map_err(|e| CliError::Msg(format!("cannot open {}: {e}", p.display())))?,
+        ),
+        None => None,
+    };
+    let max_len = workload::Sizes::max(cfg.fragment_size, cfg.distro) as usize;
+    let fill_budget = match (cfg.mode, cfg.events) {
+        // Fill-drain holds everything at once: stop filling at 90% of the capacity.
+        (Mode::FillDrain, _) => cfg.capacity / 10 * 9,
+        _ => 0,
+    };
+    let counters = Arc::new(Counters::new());
+    let sh = Arc::new(Shared {
+        store,
+        counters: counters.clone(),
+        pattern: Pattern::new(max_len),
+        run,
+        detectors: cfg.detectors,
+        durability: cfg.durability,
+        acceptance: cfg.acceptance,
+        lease: cfg.lease,
+        verify: cfg.verify,
+        ack_log,
+        stop_readout: AtomicBool::new(false),
+        stop_collect: AtomicBool::new(false),
+        readout_running: AtomicU64::new(cfg.readout_threads as u64),
+        events_target: cfg.events.unwrap_or(0),
+        bytes_budget: fill_budget,
+        events_written: AtomicU64::new(0),
+        events_collected: AtomicU64::new(0),
+        events_kept: AtomicU64::new(0),
+        integrity_errors: AtomicU64::new(0),
+        bytes_written: AtomicU64::new(0),
+        error: parking_lot::Mutex::new(None),
+    });
+    let progress = !cfg.json && std::io::stderr().is_terminal();
+    let sampler = Sampler::start(counters.clone(), Duration::from_millis(cfg.sample_ms));
+    let t0 = Instant::now();
+    let readers: Vec<_> = (0..cfg.readout_threads)
+        .map(|i| {
+            let sh = sh.clone();
+            let (size, distro, seed, n) =
+                (cfg.fragment_size, cfg.distro, cfg.seed, cfg.readout_threads);
+            std::thread::spawn(move || workload::readout(&sh, i, n, size, distro, seed))
+        })
+        .collect();
+    let spawn_collectors = |sh: &Arc<Shared>| -> Vec<std::thread::JoinHandle<()>> {
+        (0..cfg.collector_threads)
+            .map(|i| {
+                let sh = sh.clone();
+                let seed = cfg.seed;
+                std::thread::spawn(move || workload::collect(&sh, i, seed))
+            })
+            .collect()
+    };
+    let deadline = cfg.duration.map(|d| t0 + d);
+    let mut fill_end = None;
+    let mut collectors = Vec::new();
+    if cfg.mode == Mode::Parallel {
+        collectors = spawn_collectors(&sh);
+    }
+    let mut last_progress = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(5));
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            sh.stop_readout.store(true, Ordering::Release);
+            if cfg.mode == Mode::Parallel {
+                sh.stop_collect.store(true, Ordering::Release);
+            }
+        }
+        counters.set_backlog(
+            sh.events_written
+                .load(Ordering::Relaxed)
+                .saturating_sub(sh.events_collected.load(Ordering::Relaxed)),
+        );
+        let readout_done = sh.readout_running.load(Ordering::Acquire) == 0;
+        if readout_done && fill_end.is_none() {
+            fill_end = Some(t0.elapsed().as_secs_f64());
+            if cfg.mode == Mode::FillDrain {
+                collectors = spawn_collectors(&sh);
+            }
+        }
+        if progress && now - last_progress >= Duration::from_millis(500) {
+            last_progress = now;
+            if let Some(r) = sampler.latest_rates() {
+                eprint!(
+                    "\r{:>6.1} s  readout {:>9} frag/s {:>10}/s  collect {:>9} frag/s {:>10}/s {:>9} events/s, {} done   ",
+                    t0.elapsed().as_secs_f64(),
+                    human_count(r.readout_ops_per_sec()),
+                    human_bytes(r.readout_bytes_per_sec()),
+                    human_count(r.collect_ops_per_sec()),
+                    human_bytes(r.collect_bytes_per_sec()),
+                    human_count(r.collect_events_per_sec()),
+                    sh.events_collected.load(Ordering::Relaxed)
+                );
+            }
+        }
+        let collectors_done = collectors.iter().all(|c| c.is_finished());
+        if readout_done && (fill_end.is_some() && collectors_done) {
+            break;
+        }
+    }
+    for r in readers {
+        let _ = r.join();
+    }
+    for c in collectors {
+        let _ = c.join();
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let samples = sampler.stop();
+    if progress {
+        eprintln!();
+    }
+    if let Some(e) = sh.error.lock().take() {
+        return fail(e);
+    }
+    let warm = cfg.warmup.as_secs_f64();
+    let fill_end = fill_end.unwrap_or(elapsed);
+    let (readout_w, collect_w) = match cfg.mode {
+        Mode::FillDrain => (
+            window(&samples, warm.min(fill_end / 2.0), fill_end),
+            window(&samples, fill_end, elapsed),
+        ),
+        Mode::Parallel => {
+            let w = window(&samples, warm.min(elapsed / 2.0), fill_end);
+            (w.clone(), w)
+        }
+    };
+    let stats = sh.store.stats();
+    let readout = side(&readout_w, true);
+    let report = Report {
+        mode: cfg.mode,
+        readout_threads: cfg.readout_threads,
+        collector_threads: cfg.collector_threads,
+        detectors: cfg.detectors,
+        fragment_size: cfg.fragment_size,
+        fragment_distro: cfg.distro,
+        acceptance: cfg.acceptance,
+        durability: format!("{:?}", cfg.durability).to_lowercase(),
+        store: store_desc,
+        store_survives_power_cut: survives,
+        sample_ms: cfg.sample_ms,
+        readout,
+        collect: side(&collect_w, false),
+        events_written: sh.events_written.load(Ordering::Relaxed),
+        events_collected: sh.events_collected.load(Ordering::Relaxed),
+        events_kept: sh.events_kept.load(Ordering::Relaxed),
+        integrity_errors: sh.integrity_errors.load(Ordering::Relaxed),
+        late_fragments: stats.events.late_fragments_total,
+        elapsed_secs: elapsed,
+        limit_name: limit.name.clone(),
+        limit_bytes_per_sec: limit.bytes_per_sec,
+        ratio: if limit.bytes_per_sec > 0.0 {
+            readout.bytes_per_sec / limit.bytes_per_sec
+        } else {
+            0.0
+        },
+    };
+    Ok((report, samples))
+}
+
+fn print_report(cfg: &Config, r: &Report) -> CliResult<()> {
+    if cfg.json {
+        println!(
+            "{}",
+            serde_json::to_string(r).map_err(|e| CliError::Msg(e.to_string()))?
+        );
+        return Ok(());
+    }
+    let side_line = |name: &str, s: &Side, events: bool| {
+        let mut line = format!(
+            "{name} {} frag/s (p1 {}, p99 {}), {}/s (p1 {}/s, p99 {}/s)",
+            human_count(s.ops_per_sec),
+            human_count(s.ops_per_sec_p1),
+            human_count(s.ops_per_sec_p99),
+            human_bytes(s.bytes_per_sec),
+            human_bytes(s.bytes_per_sec_p1),
+            human_bytes(s.bytes_per_sec_p99),
+        );
+        if events {
+            line += &format!(", {} events/s", human_count(s.events_per_sec));
+        }
+        line + &format!(" [median of {} samples]", s.samples)
+    };
+    println!(
+        "minidaq: {:?}, {} readout + {} collector thread(s), {} fragments/event of {} ({:?}), acceptance {}, durability {}",
+        r.mode,
+        r.readout_threads,
+        r.collector_threads,
+        r.detectors,
+        human_bytes(r.fragment_size as f64),
+        r.fragment_distro,
+        r.acceptance,
+        r.durability
+    );
+    println!("store:   {}", r.store);
+    println!("{}", side_line("readout:", &r.readout, false));
+    println!("{}", side_line("collect:", &r.collect, true));
+    println!(
+        "events:  {} written, {} collected ({} kept), integrity errors {}, late fragments {}, {:.2} s",
+        r.events_written, r.events_collected, r.events_kept, r.integrity_errors, r.late_fragments, r.elapsed_secs
+    );
+    println!(
+        "limit:   {}: {}/s",
+        r.limit_name,
+        human_bytes(r.limit_bytes_per_sec)
+    );
+    println!("ratio:   readout {:.3} of the limit", r.ratio);
+    if cfg.csv.is_some() || cfg.plot.is_some() {
+        // (paths printed by the caller)
+    }
+    Ok(())
+}
