@@ -344,6 +344,9 @@ struct MinidaqArgs {
     /// against fragment size (DAQDB Fig. 4).
     #[arg(long, value_name = "fragment-size=LIST")]
     sweep: Option<String>,
+    /// Skip measuring the machine's limit (no ratio is reported; the run starts at once).
+    #[arg(long)]
+    no_limit: bool,
     /// Log every acknowledged operation (put, removed, kept) to this file, for crash tests.
     #[arg(long, value_name = "FILE")]
     ack_log: Option<PathBuf>,
@@ -406,6 +409,7 @@ fn run(cli: Cli) -> CliResult<ExitCode> {
                 plot: a.plot,
                 sweep: a.sweep.as_deref().map(parse_sweep).transpose()?,
                 ack_log: a.ack_log,
+                measure_limit: !a.no_limit,
             })?;
             if !ok {
                 return Ok(ExitCode::from(util::EXIT_DAMAGE));

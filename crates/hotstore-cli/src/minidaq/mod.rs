@@ -56,6 +56,7 @@ pub struct Config {
     pub plot: Option<PathBuf>,
     pub sweep: Option<Vec<u64>>,
     pub ack_log: Option<PathBuf>,
+    pub measure_limit: bool,
 }
 
 /// Throughput of one side.
@@ -210,6 +211,14 @@ pub fn run(cfg: &Config) -> CliResult<bool> {
 
 fn measure_limit(cfg: &Config) -> CliResult<limits::Limit> {
     let dir = cfg.store.clone().unwrap_or_else(base_dir);
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| CliError::Msg(format!("cannot create {}: {e}", dir.display())))?;
+    if !cfg.measure_limit {
+        return Ok(limits::Limit {
+            name: "not measured (--no-limit)".into(),
+            bytes_per_sec: 0.0,
+        });
+    }
     if !cfg.json {
         eprintln!("measuring the machine's limit under {} ...", dir.display());
     }
