@@ -68,16 +68,27 @@ fn check(dir: &Path, log: &Log, round: usize) {
         .create_if_missing(false)
         .open()
         .unwrap_or_else(|e| panic!("round {round}: reopen failed: {e}"));
-    assert_eq!(store.stats().events.claimed, 0, "claims do not survive a crash");
+    assert_eq!(
+        store.stats().events.claimed,
+        0,
+        "claims do not survive a crash"
+    );
     for e in &log.removed {
-        assert!(store.event(&EventId::from_prefix(e)).unwrap().is_empty(), "round {round}: removed event came back");
+        assert!(
+            store.event(&EventId::from_prefix(e)).unwrap().is_empty(),
+            "round {round}: removed event came back"
+        );
         assert!(refuses_late(&store, e));
     }
     for e in &log.kept {
         let id = EventId::from_prefix(e);
         let info = store.event_info(&id).expect("kept event lost");
         assert_eq!(info.state, EventState::Kept, "round {round}: {id}");
-        assert_eq!(info.fragments, u32::from(DETECTORS), "round {round}: kept {id} not whole");
+        assert_eq!(
+            info.fragments,
+            u32::from(DETECTORS),
+            "round {round}: kept {id} not whole"
+        );
     }
     for (e, frags) in &log.puts {
         let id = EventId::from_prefix(e);
@@ -85,14 +96,19 @@ fn check(dir: &Path, log: &Log, round: usize) {
         let present = frags
             .iter()
             .filter(|(k, len)| {
-                stored
-                    .iter()
-                    .any(|(sk, v)| sk == k && v.len() as u64 == *len && v[..16.min(v.len())] == k[..16.min(v.len())])
+                stored.iter().any(|(sk, v)| {
+                    sk == k
+                        && v.len() as u64 == *len
+                        && v[..16.min(v.len())] == k[..16.min(v.len())]
+                })
             })
             .count();
         if present == 0 {
             // Gone: only an acknowledged Remove (perhaps not logged yet) may do that.
-            assert!(log.removed.contains(e) || refuses_late(&store, e), "round {round}: {id} lost");
+            assert!(
+                log.removed.contains(e) || refuses_late(&store, e),
+                "round {round}: {id} lost"
+            );
         } else {
             assert_eq!(present, frags.len(), "round {round}: event {id} half there");
             if !log.kept.contains(e) {
@@ -112,9 +128,21 @@ fn check(dir: &Path, log: &Log, round: usize) {
 fn minidaq(dir: &Path, log: &Path, duration: &str) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_hotstore"));
     c.args(["minidaq", "--mode", "parallel", "--durability", "memory"])
-        .args(["--detectors", &DETECTORS.to_string(), "--fragment-size", "3000"])
+        .args([
+            "--detectors",
+            &DETECTORS.to_string(),
+            "--fragment-size",
+            "3000",
+        ])
         .args(["--fragment-distro", "poisson", "--acceptance", "0.05"])
-        .args(["--capacity", "4GiB", "--duration", duration, "--json", "--no-limit"])
+        .args([
+            "--capacity",
+            "4GiB",
+            "--duration",
+            duration,
+            "--json",
+            "--no-limit",
+        ])
         .arg("--store")
         .arg(dir)
         .arg("--ack-log")

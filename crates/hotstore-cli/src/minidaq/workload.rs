@@ -41,7 +41,7 @@ pub struct Pattern(Vec<u8>);
 impl Pattern {
     /// A pattern for fragments up to `max_len` bytes.
     pub fn new(max_len: usize) -> Pattern {
-        let mut rng = StdRng::seed_from_u64(0x6d69_6e69_6461_71);
+        let mut rng = StdRng::seed_from_u64(0x006d_696e_6964_6171);
         let mut b = vec![0u8; PATTERN_WINDOW + max_len + 16];
         rng.fill(&mut b[..]);
         Pattern(b)
