@@ -397,15 +397,19 @@ impl Events {
         self.ready_cv.notify_one();
     }
 
-    /// Counters for an entry leaving the table (or its state).
-    pub(crate) fn leave_state(&self, entry: &EventEntry) {
-        let c = match entry.state {
+    /// The count of entries in `entry`'s state.
+    fn state_counter(&self, entry: &EventEntry) -> &AtomicU64 {
+        match entry.state {
             State::Open => &self.counters.open,
             State::Ready { .. } => &self.counters.ready,
             State::Claimed { .. } => &self.counters.claimed,
             State::Kept => &self.counters.kept,
-        };
-        c.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counters for an entry leaving the table (or its state).
+    pub(crate) fn leave_state(&self, entry: &EventEntry) {
+        self.state_counter(entry).fetch_sub(1, Ordering::Relaxed);
         if entry.incomplete && !matches!(entry.state, State::Kept) {
             self.counters.incomplete.fetch_sub(1, Ordering::Relaxed);
         }
@@ -413,13 +417,7 @@ impl Events {
 
     /// Counters for an entry entering the table (or its state): the mirror of `leave_state`.
     pub(crate) fn enter_state(&self, entry: &EventEntry) {
-        let c = match entry.state {
-            State::Open => &self.counters.open,
-            State::Ready { .. } => &self.counters.ready,
-            State::Claimed { .. } => &self.counters.claimed,
-            State::Kept => &self.counters.kept,
-        };
-        c.fetch_add(1, Ordering::Relaxed);
+        self.state_counter(entry).fetch_add(1, Ordering::Relaxed);
         if entry.incomplete && !matches!(entry.state, State::Kept) {
             self.counters.incomplete.fetch_add(1, Ordering::Relaxed);
         }
