@@ -10,6 +10,7 @@ mod dump;
 mod inspect;
 mod limits;
 mod minidaq;
+mod serve;
 mod stress;
 mod util;
 mod verify;
@@ -45,6 +46,7 @@ enum Command {
     Stress(StressArgs),
     Bench(BenchArgs),
     Minidaq(MinidaqArgs),
+    Serve(serve::ServeArgs),
 }
 
 /// Show what is in a store: layout, tiers and what survives a power cut, sizes, recovery.
@@ -380,6 +382,7 @@ fn run(cli: Cli) -> CliResult<ExitCode> {
             capacity: a.capacity,
             durability: a.durability.into(),
         })?,
+        Command::Serve(a) => serve::run(a)?,
         Command::Minidaq(a) => {
             let duration = match (a.duration, a.events) {
                 (Some(d), _) => Some(Duration::from_secs_f64(d)),

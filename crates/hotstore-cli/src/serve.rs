@@ -1,0 +1,155 @@
+//! `hotstore serve`: the store over the Redis protocol (see docs/protocol.md).
+
+use crate::util::{parse_size, CliError, CliResult};
+use crate::DurabilityArg;
+use clap::Args;
+use hotstore_server::ServerConfig;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Serve a store over the Redis protocol (RESP2/RESP3), with the DAQ commands.
+///
+/// Any Redis client works: `redis-cli -p 6380`, redis-py, hiredis, redis-rs, redis-benchmark.
+/// Standard string commands (GET, SET, DEL, MGET, SCAN, INFO...) and the DAQ commands
+/// FRAG.PUT, FRAG.GET, EVENT.GET, EVENT.SEAL, EVENT.NEXT, EVENT.ACK, EVENT.RELEASE, EVENT.RANGE
+/// and STORE.STATS are described in docs/protocol.md.
+///
+/// Every write is answered only once it meets its durability: `persisted` (the default:
+/// fdatasync'd, shared by concurrent writers) or `memory` (survives a crash of the server,
+/// not a power cut). The startup lines say which tiers survive a power cut.
+///
+/// Prints `hotstore: listening on ADDR` once ready (scripts can wait for it; `--port 0`
+/// picks a free port). SIGTERM or SIGINT (or the SHUTDOWN command) stop it gracefully: no new
+/// connections, requests in flight are answered, the store is closed with everything
+/// persisted. Options given on the command line override the `--config` file, which takes
+/// the same keys in TOML (`port = 6380`, `requirepass = "..."`, `max-clients = 100`...).
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Store directory (created if missing).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// TOML file with the same keys as these options.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on. A non-loopback address needs --requirepass (or --insecure).
+    #[arg(long)]
+    bind: Option<String>,
+    /// TCP port [default: 6380; 0 picks a free one].
+    #[arg(long)]
+    port: Option<u16>,
+    /// Also listen on this Unix socket.
+    #[arg(long)]
+    unixsocket: Option<PathBuf>,
+    /// Require `AUTH <password>` before any other command.
+    #[arg(long)]
+    requirepass: Option<String>,
+    /// Allow a non-loopback --bind without a password (only on a trusted network).
+    #[arg(long)]
+    insecure: bool,
+    /// Most connected clients [default: 10000]; others get `-ERR max number of clients reached`.
+    #[arg(long)]
+    max_clients: Option<usize>,
+    /// Worker threads serving connections [default: one per core].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Serve Prometheus metrics at http://BIND:PORT/metrics (0 picks a free port).
+    #[arg(long)]
+    metrics_port: Option<u16>,
+    /// Durability of writes that do not name one [default: persisted].
+    #[arg(long, value_enum)]
+    durability: Option<DurabilityArg>,
+    /// Close connections idle for this many seconds [default: 0, never].
+    #[arg(long)]
+    timeout: Option<u64>,
+    /// Longest value (bulk string) accepted [default: 256MiB, the store's maximum].
+    #[arg(long, value_parser = parse_size)]
+    max_bulk_len: Option<u64>,
+    /// Read-buffer memory all clients together may use for large requests [default: 1GiB];
+    /// a client needing more waits.
+    #[arg(long, value_parser = parse_size)]
+    max_buffer_memory: Option<u64>,
+    /// Capacity of a new store (e.g. 64GiB) [default: as much as the file system has].
+    #[arg(long, value_parser = parse_size)]
+    capacity: Option<u64>,
+}
+
+fn config_from(a: ServeArgs) -> CliResult<ServerConfig> {
+    let mut c = match &a.config {
+        Some(path) => {
+            ServerConfig::from_toml_file(path).map_err(|e| CliError::Msg(e.to_string()))?
+        }
+        None => ServerConfig::default(),
+    };
+    match (a.dir, a.config.is_some()) {
+        (Some(d), _) => c.dir = d,
+        (None, true) => {}
+        (None, false) => {
+            return Err(CliError::Msg(
+                "no store directory: give --dir DIR (or `dir` in --config)".into(),
+            ))
+        }
+    }
+    macro_rules! set {
+        ($($f:ident),*) => { $( if let Some(v) = a.$f { c.$f = v.into(); } )* };
+    }
+    set!(bind, port, max_clients, threads, timeout, capacity);
+    if let Some(v) = a.unixsocket {
+        c.unixsocket = Some(v);
+    }
+    if let Some(v) = a.requirepass {
+        c.requirepass = Some(v);
+    }
+    if let Some(v) = a.metrics_port {
+        c.metrics_port = Some(v);
+    }
+    if let Some(v) = a.durability {
+        c.durability = v.into();
+    }
+    if let Some(v) = a.max_bulk_len {
+        c.max_bulk_len = v as usize;
+    }
+    if let Some(v) = a.max_buffer_memory {
+        c.max_buffer_memory = v as usize;
+    }
+    c.insecure |= a.insecure;
+    Ok(c)
+}
+
+pub fn run(a: ServeArgs) -> CliResult<()> {
+    let config = config_from(a)?;
+    let dir = config.dir.clone();
+    let durability = format!("{:?}", config.durability).to_lowercase();
+    let server = hotstore_server::spawn(config).map_err(|e| CliError::Msg(e.to_string()))?;
+    let mut out = std::io::stdout().lock();
+    if let Some(store) = server.store() {
+        let s = store.stats();
+        let _ = writeln!(
+            out,
+            "hotstore: store {} ({} entries), default durability {durability}",
+            dir.display(),
+            s.entries
+        );
+        for t in &s.tiers {
+            let _ = writeln!(
+                out,
+                "hotstore: tier {}: {}",
+                t.path.display(),
+                t.power_safety()
+            );
+        }
+    }
+    if let Some(addr) = server.metrics_addr() {
+        let _ = writeln!(out, "hotstore: metrics on {addr}");
+    }
+    if let Some(p) = server.unix_path() {
+        let _ = writeln!(out, "hotstore: listening on unix:{}", p.display());
+    }
+    let _ = writeln!(out, "hotstore: listening on {}", server.tcp_addr());
+    let _ = out.flush();
+    drop(out);
+    server
+        .run_until_stopped()
+        .map_err(|e| CliError::Msg(e.to_string()))?;
+    println!("hotstore: stopped; every acknowledged write is stored");
+    Ok(())
+}

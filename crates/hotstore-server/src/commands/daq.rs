@@ -1,0 +1,357 @@
+//! DAQ commands: fragments addressed by the store's key layout, and the event lifecycle
+//! (seal, claim with a lease, acknowledge, release). See docs/protocol.md.
+
+use super::standard::wrote;
+use super::{durability_option, Args, CmdResult, Ctx, Flow, WaitEvent};
+use crate::conn::ConnState;
+use crate::error::reply_error;
+use crate::resp::Reply;
+use crate::shared::Shared;
+use hotstore::{Ack, Claim, ClaimToken, Durability, EventId, EventState, KeyLayout};
+use std::time::{Duration, Instant};
+
+/// Lease of a claim when EVENT.NEXT names none.
+const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Events listed by EVENT.RANGE when it names no LIMIT.
+const DEFAULT_RANGE_LIMIT: usize = 1000;
+
+fn layout<'s>(ctx: &Ctx<'s, '_>) -> &'s KeyLayout {
+    ctx.shared.store.layout()
+}
+
+/// `n` integer fields from argument `at` on.
+fn numbers(args: &Args, at: usize, n: usize) -> Result<Vec<u64>, String> {
+    (at..at + n)
+        .map(|i| {
+            args.u64(i).map_err(|_| {
+                format!(
+                    "ERR key field '{}' is not an unsigned integer",
+                    String::from_utf8_lossy(args.get(i))
+                )
+            })
+        })
+        .collect()
+}
+
+/// The fragment key named by the layout's fields from argument 1 on.
+fn fragment_key(layout: &KeyLayout, args: &Args) -> Result<Vec<u8>, String> {
+    let n = layout.fields().len();
+    if args.len() < 1 + n {
+        return Err(format!(
+            "ERR wrong number of arguments: the key layout `{layout}` has {n} fields"
+        ));
+    }
+    layout
+        .encode(&numbers(args, 1, n)?)
+        .map_err(|e| format!("ERR {e}"))
+}
+
+/// The event id from the layout's event fields given as `values`.
+fn event_id(layout: &KeyLayout, values: &[u64]) -> Result<EventId, String> {
+    let mut all = values.to_vec();
+    all.resize(layout.fields().len(), 0);
+    let key = layout.encode(&all).map_err(|e| format!("ERR {e}"))?;
+    Ok(EventId::from_prefix(&key[..layout.event_prefix_len()]))
+}
+
+/// The event id named by the layout's event fields from argument 1 on.
+fn event_arg(layout: &KeyLayout, args: &Args) -> Result<EventId, String> {
+    let n = layout.event_fields();
+    if args.len() < 1 + n {
+        return Err(format!(
+            "ERR wrong number of arguments: events of layout `{layout}` are named by {n} fields"
+        ));
+    }
+    event_id(layout, &numbers(args, 1, n)?)
+}
+
+/// Writes one fragment as `[field..., value]` (the fields after the event prefix).
+fn write_fragment(out: &mut Reply, layout: &KeyLayout, key: &[u8], value: &[u8]) {
+    let fields = layout.decode(key).unwrap_or_default();
+    let suffix = fields.get(layout.event_fields()..).unwrap_or(&[]);
+    out.array(suffix.len() + 1);
+    for &f in suffix {
+        out.int(f as i64);
+    }
+    out.bulk(value);
+}
+
+/// The event fields of an id, as integers.
+fn id_fields(layout: &KeyLayout, id: &EventId) -> Vec<u64> {
+    let mut key = id.as_bytes().to_vec();
+    key.resize(layout.key_len(), 0);
+    let mut f = layout.decode(&key).unwrap_or_default();
+    f.truncate(layout.event_fields());
+    f
+}
+
+pub fn frag_put(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let n = layout(ctx).fields().len();
+    if args.len() < n + 2 {
+        return Err(format!(
+            "ERR wrong number of arguments for 'frag.put': {n} key fields and a value"
+        ));
+    }
+    let key = fragment_key(layout(ctx), args)?;
+    let durability = durability_option(args, n + 2)?;
+    ctx.shared
+        .store
+        .put(&key, args.get(n + 1), Durability::Memory)
+        .map_err(|e| reply_error(&e))?;
+    wrote(ctx, durability);
+    ctx.out.ok();
+    Ok(Flow::Continue)
+}
+
+pub fn frag_get(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let n = layout(ctx).fields().len();
+    if args.len() != n + 1 {
+        return Err(format!(
+            "ERR wrong number of arguments for 'frag.get': {n} key fields"
+        ));
+    }
+    let key = fragment_key(layout(ctx), args)?;
+    let out = &mut *ctx.out;
+    match ctx
+        .shared
+        .store
+        .get_with(&key, |v| out.bulk(v))
+        .map_err(|e| reply_error(&e))?
+    {
+        Some(()) => {}
+        None => ctx.out.null(),
+    }
+    Ok(Flow::Continue)
+}
+
+pub fn event_get(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let id = event_arg(layout(ctx), args)?;
+    if args.len() != 1 + layout(ctx).event_fields() {
+        return Err("ERR syntax error".into());
+    }
+    let fragments = ctx.shared.store.event(&id).map_err(|e| reply_error(&e))?;
+    ctx.out.array(fragments.len());
+    for (k, v) in &fragments {
+        write_fragment(ctx.out, ctx.shared.store.layout(), k, v);
+    }
+    Ok(Flow::Continue)
+}
+
+pub fn event_seal(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let id = event_arg(layout(ctx), args)?;
+    let durability = durability_option(args, 1 + layout(ctx).event_fields())?;
+    ctx.shared
+        .store
+        .seal(&id, Durability::Memory)
+        .map_err(|e| reply_error(&e))?;
+    wrote(ctx, durability);
+    ctx.out.ok();
+    Ok(Flow::Continue)
+}
+
+fn millis(args: &Args, i: usize, what: &str) -> Result<u64, String> {
+    args.u64(i)
+        .map_err(|_| format!("ERR {what} must be a number of milliseconds"))
+}
+
+pub fn event_next(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let mut lease = DEFAULT_LEASE;
+    let mut block: Option<u64> = None;
+    let mut consumer = None;
+    let mut i = 1;
+    while i < args.len() {
+        if i + 1 >= args.len() {
+            return Err(
+                "ERR syntax error (EVENT.NEXT [LEASE ms] [BLOCK ms] [CONSUMER name])".into(),
+            );
+        }
+        if args.is(i, "lease") {
+            lease = Duration::from_millis(millis(args, i + 1, "LEASE")?.max(1));
+        } else if args.is(i, "block") {
+            block = Some(millis(args, i + 1, "BLOCK")?);
+        } else if args.is(i, "consumer") {
+            consumer = Some(args.str(i + 1)?.to_string());
+        } else {
+            return Err(
+                "ERR syntax error (EVENT.NEXT [LEASE ms] [BLOCK ms] [CONSUMER name])".into(),
+            );
+        }
+        i += 2;
+    }
+    let consumer = consumer.unwrap_or_else(|| ctx.conn.consumer());
+    match ctx
+        .shared
+        .store
+        .next_event(&consumer, lease)
+        .map_err(|e| reply_error(&e))?
+    {
+        Some(claim) => {
+            write_claim(ctx.shared, ctx.conn, ctx.out, claim);
+            Ok(Flow::Continue)
+        }
+        None => match block {
+            None => {
+                ctx.out.null();
+                Ok(Flow::Continue)
+            }
+            Some(ms) => Ok(Flow::WaitEvent(WaitEvent {
+                consumer,
+                lease,
+                deadline: (ms > 0).then(|| Instant::now() + Duration::from_millis(ms)),
+            })),
+        },
+    }
+}
+
+/// Writes `[token, [event fields], incomplete, fragments]` and keeps the token with the
+/// connection, so the claim is released if the connection goes before acknowledging.
+pub fn write_claim(shared: &Shared, conn: &mut ConnState, out: &mut Reply, claim: Claim) {
+    let layout = shared.store.layout();
+    // Fragments are counted as they are read (the array header comes first).
+    let mut body = Vec::new();
+    let mut count = 0usize;
+    let read = {
+        let mut r = Reply::new(&mut body, out.is_resp3());
+        claim.for_each_fragment(|k, v| {
+            write_fragment(&mut r, layout, k, v);
+            count += 1;
+        })
+    };
+    if let Err(e) = read {
+        out.error(&reply_error(&e));
+        return; // dropping the claim releases it
+    }
+    let token = claim.token().to_string();
+    out.array(4);
+    out.bulk(token.as_bytes());
+    let fields = id_fields(layout, claim.event());
+    out.array(fields.len());
+    for f in fields {
+        out.int(f as i64);
+    }
+    out.int(claim.incomplete() as i64);
+    out.array(count);
+    out.raw(&body);
+    conn.claims.insert(token, claim.into_token());
+}
+
+fn token_arg(args: &Args) -> Result<(String, ClaimToken), String> {
+    let text = args.str(1)?;
+    let token = text
+        .parse::<ClaimToken>()
+        .map_err(|_| format!("ERR invalid claim token '{text}'"))?;
+    Ok((text.to_string(), token))
+}
+
+pub fn event_ack(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let (text, token) = token_arg(args)?;
+    let ack = if args.is(2, "remove") {
+        Ack::Remove
+    } else if args.is(2, "keep") {
+        Ack::Keep
+    } else {
+        return Err("ERR EVENT.ACK token REMOVE|KEEP [DURABILITY memory|persisted]".into());
+    };
+    let durability = durability_option(args, 3)?;
+    let result = ctx.shared.store.ack(&token, ack, Durability::Memory);
+    ctx.conn.claims.remove(&text);
+    result.map_err(|e| reply_error(&e))?;
+    wrote(ctx, durability);
+    ctx.out.ok();
+    Ok(Flow::Continue)
+}
+
+pub fn event_release(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let (text, token) = token_arg(args)?;
+    let result = ctx.shared.store.release(&token);
+    ctx.conn.claims.remove(&text);
+    result.map_err(|e| reply_error(&e))?;
+    ctx.out.ok();
+    Ok(Flow::Continue)
+}
+
+/// EVENT.RANGE <event fields but the last> from to [LIMIT n]: events with the leading fields
+/// given and the last event field in [from, to).
+pub fn event_range(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let layout = layout(ctx).clone();
+    let n = layout.event_fields();
+    let usage = || {
+        format!(
+            "ERR EVENT.RANGE takes {} field(s), then from and to, then [LIMIT n]",
+            n - 1
+        )
+    };
+    if args.len() != n + 2 && args.len() != n + 4 {
+        return Err(usage());
+    }
+    let fixed = numbers(args, 1, n - 1)?;
+    let from = args.u64(n)?;
+    let to = args.u64(n + 1)?;
+    let mut limit = DEFAULT_RANGE_LIMIT;
+    if args.len() == n + 4 {
+        if !args.is(n + 2, "limit") {
+            return Err(usage());
+        }
+        limit = args.u64(n + 3)? as usize;
+    }
+    let with = |last: u64| {
+        let mut v = fixed.clone();
+        v.push(last);
+        event_id(&layout, &v)
+    };
+    let (lo, hi) = (with(from)?, with(to)?);
+    let events = ctx.shared.store.events(&lo, Some(&hi), limit);
+    ctx.out.array(events.len());
+    for e in events {
+        let f = id_fields(&layout, &e.id);
+        ctx.out.array(5);
+        ctx.out.int(f.last().copied().unwrap_or(0) as i64);
+        ctx.out.bulk(match e.state {
+            EventState::Open => b"open",
+            EventState::Ready => b"ready",
+            EventState::Claimed => b"claimed",
+            EventState::Kept => b"kept",
+        });
+        ctx.out.int(e.fragments as i64);
+        ctx.out.int(e.bytes as i64);
+        ctx.out.int(e.incomplete as i64);
+    }
+    Ok(Flow::Continue)
+}
+
+pub fn store_stats(ctx: &mut Ctx, _args: &Args) -> CmdResult {
+    let s = ctx.shared.store.stats();
+    let e = &s.events;
+    let power_safe = s.tiers.iter().filter(|t| t.survives_power_cut).count();
+    let pairs: [(&str, u64); 19] = [
+        ("entries", s.entries),
+        ("live_bytes", s.live_bytes),
+        ("dead_bytes", s.dead_bytes),
+        ("capacity_bytes", s.capacity_bytes),
+        ("file_bytes", s.file_bytes),
+        ("puts", s.puts),
+        ("removes", s.removes),
+        ("full_errors", s.full_errors),
+        ("events_open", e.open),
+        ("events_ready", e.ready),
+        ("events_claimed", e.claimed),
+        ("events_kept", e.kept),
+        ("events_incomplete", e.incomplete),
+        ("late_fragments", e.late_fragments_total),
+        ("events_removed", e.removed_total),
+        ("events_kept_total", e.kept_total),
+        ("leases_expired", e.leases_expired_total),
+        ("claims_released", e.released_total),
+        ("events_timed_out", e.timed_out_total),
+    ];
+    ctx.out.map(pairs.len() + 2);
+    for (k, v) in pairs {
+        ctx.out.bulk(k.as_bytes());
+        ctx.out.int(v as i64);
+    }
+    ctx.out.bulk(b"power_safe_tiers");
+    ctx.out.int(power_safe as i64);
+    ctx.out.bulk(b"tiers");
+    ctx.out.int(s.tiers.len() as i64);
+    Ok(Flow::Continue)
+}

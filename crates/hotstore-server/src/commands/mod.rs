@@ -1,0 +1,240 @@
+//! The command table and dispatch: arity and authentication checks, then the handler.
+//!
+//! Handlers write their reply and return a [`Flow`]; an `Err(text)` becomes an error reply
+//! (`text` starts with its code: `ERR ...`, `FULL ...`).
+
+mod admin;
+mod daq;
+mod standard;
+
+pub use daq::write_claim;
+
+use crate::conn::ConnState;
+use crate::resp::Reply;
+use crate::shared::Shared;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+/// What the connection does after a command.
+pub enum Flow {
+    /// Go on with the next request.
+    Continue,
+    /// Send the replies so far, then close (QUIT).
+    Close,
+    /// Send the replies so far, then stop the server (SHUTDOWN).
+    Shutdown,
+    /// Wait for a READY event (EVENT.NEXT BLOCK), then reply.
+    WaitEvent(WaitEvent),
+}
+
+/// A blocking EVENT.NEXT in progress.
+pub struct WaitEvent {
+    /// Consumer name recorded with the claim.
+    pub consumer: String,
+    /// Lease of the claim.
+    pub lease: Duration,
+    /// When to give up (None: never).
+    pub deadline: Option<Instant>,
+}
+
+/// Result of a handler.
+pub type CmdResult = Result<Flow, String>;
+
+/// The arguments of one request, as slices of the read buffer.
+pub struct Args<'a> {
+    buf: &'a [u8],
+    ranges: &'a [Range<usize>],
+}
+
+impl<'a> Args<'a> {
+    /// Arguments of a request parsed from `buf`.
+    pub fn new(buf: &'a [u8], ranges: &'a [Range<usize>]) -> Self {
+        Args { buf, ranges }
+    }
+    /// Number of arguments, the command name included.
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+    /// True if there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+    /// Argument `i` (0 is the command name).
+    pub fn get(&self, i: usize) -> &'a [u8] {
+        &self.buf[self.ranges[i].clone()]
+    }
+    /// Arguments from `i` on.
+    pub fn iter_from(&self, i: usize) -> impl Iterator<Item = &'a [u8]> + '_ {
+        self.ranges[i.min(self.ranges.len())..]
+            .iter()
+            .map(|r| &self.buf[r.clone()])
+    }
+    /// Argument `i` as text.
+    pub fn str(&self, i: usize) -> Result<&'a str, String> {
+        std::str::from_utf8(self.get(i)).map_err(|_| "ERR argument is not valid UTF-8".into())
+    }
+    /// Argument `i` as an unsigned integer.
+    pub fn u64(&self, i: usize) -> Result<u64, String> {
+        parse_u64(self.get(i)).ok_or_else(|| "ERR value is not an integer or out of range".into())
+    }
+    /// True if argument `i` equals `word`, ignoring case.
+    pub fn is(&self, i: usize, word: &str) -> bool {
+        self.get(i).eq_ignore_ascii_case(word.as_bytes())
+    }
+}
+
+/// Parses a decimal `u64` (no sign, no spaces).
+pub fn parse_u64(b: &[u8]) -> Option<u64> {
+    if b.is_empty() || b.len() > 20 || !b.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+/// Everything a handler may use.
+pub struct Ctx<'a, 'o> {
+    /// State shared by all connections.
+    pub shared: &'a Shared,
+    /// This connection.
+    pub conn: &'a mut ConnState,
+    /// Its reply buffer.
+    pub out: &'a mut Reply<'o>,
+}
+
+type Handler = fn(&mut Ctx, &Args) -> CmdResult;
+
+/// One command: name, arity as Redis states it (negative: at least), whether it writes, and
+/// what `COMMAND` reports.
+pub struct Spec {
+    /// Lower-case name.
+    pub name: &'static str,
+    /// Exact argument count (with the name) if positive, minimum if negative.
+    pub arity: i64,
+    /// Flags reported by COMMAND.
+    pub flags: &'static [&'static str],
+    /// First key argument (0: none).
+    pub first_key: i64,
+    /// Last key argument (-1: the last argument).
+    pub last_key: i64,
+    /// Step between keys.
+    pub step: i64,
+    handler: Handler,
+}
+
+const W: &[&str] = &["write"];
+const R: &[&str] = &["readonly", "fast"];
+const A: &[&str] = &["fast", "no-auth"];
+const F: &[&str] = &["fast"];
+
+macro_rules! spec {
+    ($name:literal, $arity:expr, $flags:expr, $fk:expr, $lk:expr, $st:expr, $h:path) => {
+        Spec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: $fk,
+            last_key: $lk,
+            step: $st,
+            handler: $h,
+        }
+    };
+}
+
+/// Every command, most frequent first (lookup is a scan).
+pub static COMMANDS: &[Spec] = &[
+    spec!("get", 2, R, 1, 1, 1, standard::get),
+    spec!("set", -3, W, 1, 1, 1, standard::set),
+    spec!("frag.put", -3, W, 0, 0, 0, daq::frag_put),
+    spec!("event.next", -1, W, 0, 0, 0, daq::event_next),
+    spec!("event.ack", -3, W, 0, 0, 0, daq::event_ack),
+    spec!("frag.get", -2, R, 0, 0, 0, daq::frag_get),
+    spec!("event.get", -2, R, 0, 0, 0, daq::event_get),
+    spec!("event.seal", -2, W, 0, 0, 0, daq::event_seal),
+    spec!("event.release", 2, W, 0, 0, 0, daq::event_release),
+    spec!("event.range", -3, R, 0, 0, 0, daq::event_range),
+    spec!("store.stats", 1, R, 0, 0, 0, daq::store_stats),
+    spec!("mget", -2, R, 1, -1, 1, standard::mget),
+    spec!("mset", -3, W, 1, -1, 2, standard::mset),
+    spec!("del", -2, W, 1, -1, 1, standard::del),
+    spec!("exists", -2, R, 1, -1, 1, standard::exists),
+    spec!("strlen", 2, R, 1, 1, 1, standard::strlen),
+    spec!("type", 2, R, 1, 1, 1, standard::type_),
+    spec!("dbsize", 1, R, 0, 0, 0, standard::dbsize),
+    spec!("scan", -2, R, 0, 0, 0, standard::scan),
+    spec!("ping", -1, F, 0, 0, 0, admin::ping),
+    spec!("echo", 2, F, 0, 0, 0, admin::echo),
+    spec!("hello", -1, A, 0, 0, 0, admin::hello),
+    spec!("auth", -2, A, 0, 0, 0, admin::auth),
+    spec!("select", 2, F, 0, 0, 0, admin::select),
+    spec!("info", -1, F, 0, 0, 0, admin::info),
+    spec!("config", -2, F, 0, 0, 0, admin::config),
+    spec!("client", -2, F, 0, 0, 0, admin::client),
+    spec!("command", -1, F, 0, 0, 0, admin::command),
+    spec!("quit", -1, A, 0, 0, 0, admin::quit),
+    spec!("shutdown", -1, W, 0, 0, 0, admin::shutdown),
+];
+
+/// Index of the command named `name` (any case).
+pub fn lookup(name: &[u8]) -> Option<usize> {
+    COMMANDS
+        .iter()
+        .position(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+fn unknown_command(args: &Args) -> String {
+    let mut msg = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        String::from_utf8_lossy(&args.get(0)[..args.get(0).len().min(128)])
+    );
+    for a in args.iter_from(1).take(8) {
+        msg.push_str(&format!(
+            "'{}' ",
+            String::from_utf8_lossy(&a[..a.len().min(128)])
+        ));
+    }
+    msg
+}
+
+/// Runs one request; returns the command's index (None if unknown) and what to do next.
+pub fn dispatch(ctx: &mut Ctx, args: &Args) -> (Option<usize>, Flow) {
+    let Some(idx) = lookup(args.get(0)) else {
+        ctx.out.error(&unknown_command(args));
+        return (None, Flow::Continue);
+    };
+    let spec = &COMMANDS[idx];
+    let n = args.len() as i64;
+    if (spec.arity > 0 && n != spec.arity) || (spec.arity < 0 && n < -spec.arity) {
+        ctx.out.error(&format!(
+            "ERR wrong number of arguments for '{}' command",
+            spec.name
+        ));
+        return (Some(idx), Flow::Continue);
+    }
+    if !ctx.conn.authenticated && !spec.flags.contains(&"no-auth") {
+        ctx.out.error("NOAUTH Authentication required.");
+        return (Some(idx), Flow::Continue);
+    }
+    match (spec.handler)(ctx, args) {
+        Ok(flow) => (Some(idx), flow),
+        Err(msg) => {
+            ctx.out.error(&msg);
+            (Some(idx), Flow::Continue)
+        }
+    }
+}
+
+/// Parses a trailing `DURABILITY memory|persisted` option starting at `i`.
+pub fn durability_option(args: &Args, i: usize) -> Result<Option<hotstore::Durability>, String> {
+    if i == args.len() {
+        return Ok(None);
+    }
+    if i + 2 == args.len() && args.is(i, "durability") {
+        return args
+            .str(i + 1)?
+            .to_ascii_lowercase()
+            .parse()
+            .map(Some)
+            .map_err(|e: String| format!("ERR {e}"));
+    }
+    Err("ERR syntax error (expected DURABILITY memory|persisted)".into())
+}

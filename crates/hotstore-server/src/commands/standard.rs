@@ -1,0 +1,186 @@
+//! Key-value commands, as Redis answers them for strings.
+
+use super::{parse_u64, Args, CmdResult, Ctx, Flow};
+use crate::error::reply_error;
+use crate::glob::glob_match;
+use hotstore::Durability;
+
+/// Writes go to the store at memory speed; `Persisted` is met by the group commit before the
+/// reply is sent (see `conn::send`).
+pub(super) fn wrote(ctx: &mut Ctx, asked: Option<Durability>) {
+    if ctx.shared.durability(asked) == Durability::Persisted {
+        ctx.conn.needs_sync = true;
+    }
+}
+
+pub fn get(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let out = &mut *ctx.out;
+    match ctx
+        .shared
+        .store
+        .get_with(args.get(1), |v| out.bulk(v))
+        .map_err(|e| reply_error(&e))?
+    {
+        Some(()) => {}
+        None => ctx.out.null(),
+    }
+    Ok(Flow::Continue)
+}
+
+pub fn set(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    if args.len() > 3 {
+        return Err(format!(
+            "ERR hotstore does not support SET option '{}' (only SET key value)",
+            String::from_utf8_lossy(args.get(3))
+        ));
+    }
+    ctx.shared
+        .store
+        .put(args.get(1), args.get(2), Durability::Memory)
+        .map_err(|e| reply_error(&e))?;
+    wrote(ctx, None);
+    ctx.out.ok();
+    Ok(Flow::Continue)
+}
+
+pub fn mset(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    if args.len().is_multiple_of(2) {
+        return Err("ERR wrong number of arguments for 'mset' command".into());
+    }
+    // Each pair is its own record: a crash mid-MSET can leave a prefix of the pairs (the
+    // reply is only sent once all are durable).
+    for i in (1..args.len()).step_by(2) {
+        ctx.shared
+            .store
+            .put(args.get(i), args.get(i + 1), Durability::Memory)
+            .map_err(|e| reply_error(&e))?;
+        wrote(ctx, None);
+    }
+    ctx.out.ok();
+    Ok(Flow::Continue)
+}
+
+pub fn mget(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    ctx.out.array(args.len() - 1);
+    for key in args.iter_from(1) {
+        let out = &mut *ctx.out;
+        // Keys that cannot exist (empty, too long) read as missing, as in Redis.
+        match ctx.shared.store.get_with(key, |v| out.bulk(v)) {
+            Ok(Some(())) => {}
+            Ok(None) => ctx.out.null(),
+            Err(e) => ctx.out.error(&reply_error(&e)),
+        }
+    }
+    Ok(Flow::Continue)
+}
+
+pub fn del(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let mut removed = 0;
+    for key in args.iter_from(1) {
+        if key.is_empty() || key.len() > hotstore::MAX_KEY_LEN {
+            continue;
+        }
+        if ctx
+            .shared
+            .store
+            .remove(key, Durability::Memory)
+            .map_err(|e| reply_error(&e))?
+        {
+            wrote(ctx, None);
+            removed += 1;
+        }
+    }
+    ctx.out.int(removed);
+    Ok(Flow::Continue)
+}
+
+pub fn exists(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let n = args
+        .iter_from(1)
+        .filter(|k| ctx.shared.store.contains(k))
+        .count();
+    ctx.out.int(n as i64);
+    Ok(Flow::Continue)
+}
+
+pub fn strlen(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let n = ctx.shared.store.value_len(args.get(1)).unwrap_or(0);
+    ctx.out.int(n as i64);
+    Ok(Flow::Continue)
+}
+
+pub fn type_(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let t = if ctx.shared.store.contains(args.get(1)) {
+        "string"
+    } else {
+        "none"
+    };
+    ctx.out.simple(t);
+    Ok(Flow::Continue)
+}
+
+pub fn dbsize(ctx: &mut Ctx, _args: &Args) -> CmdResult {
+    ctx.out.int(ctx.shared.store.stats().entries as i64);
+    Ok(Flow::Continue)
+}
+
+/// SCAN cursor [MATCH pattern] [COUNT n] [TYPE string]: walks keys in key order, COUNT keys
+/// per call (fewer returned when MATCH filters them).
+pub fn scan(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let cursor = args.u64(1).map_err(|_| "ERR invalid cursor".to_string())?;
+    let mut pattern: Option<&[u8]> = None;
+    let mut count = 10usize;
+    let mut only_strings = true;
+    let mut i = 2;
+    while i < args.len() {
+        if i + 1 >= args.len() {
+            return Err("ERR syntax error".into());
+        }
+        if args.is(i, "match") {
+            pattern = Some(args.get(i + 1));
+        } else if args.is(i, "count") {
+            count = parse_u64(args.get(i + 1))
+                .filter(|&n| n >= 1)
+                .ok_or("ERR value is out of range, must be positive")? as usize;
+        } else if args.is(i, "type") {
+            only_strings = args.is(i + 1, "string");
+        } else {
+            return Err("ERR syntax error".into());
+        }
+        i += 2;
+    }
+    let from =
+        if cursor == 0 {
+            Vec::new()
+        } else {
+            let mut k =
+                ctx.shared.scans.lock().get(cursor).ok_or(
+                    "ERR invalid cursor (unknown or expired: start again from 0)".to_string(),
+                )?;
+            k.push(0); // the next key after it
+            k
+        };
+    let batch = if only_strings {
+        ctx.shared.store.range_keys(&from, None, count.min(1 << 20))
+    } else {
+        Vec::new()
+    };
+    let next = if batch.len() < count {
+        0
+    } else {
+        let last = batch.last().map(|(k, _)| k.clone()).unwrap_or_default();
+        ctx.shared.scans.lock().save(last)
+    };
+    let keys: Vec<&[u8]> = batch
+        .iter()
+        .map(|(k, _)| k.as_slice())
+        .filter(|k| pattern.is_none_or(|p| glob_match(p, k)))
+        .collect();
+    ctx.out.array(2);
+    ctx.out.bulk(next.to_string().as_bytes());
+    ctx.out.array(keys.len());
+    for k in keys {
+        ctx.out.bulk(k);
+    }
+    Ok(Flow::Continue)
+}

@@ -1,0 +1,171 @@
+//! Server configuration: defaults, the TOML file (same keys as the command-line options,
+//! with `-` or `_`), and the checks made before listening.
+
+use crate::error::ServerError;
+use hotstore::Durability;
+use serde::Deserialize;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Everything `hotstore serve` can be told.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServerConfig {
+    /// Store directory (created if missing).
+    pub dir: PathBuf,
+    /// Address to listen on.
+    pub bind: String,
+    /// TCP port (0: pick a free one).
+    pub port: u16,
+    /// Also listen on this Unix socket.
+    pub unixsocket: Option<PathBuf>,
+    /// Password for `AUTH`; none means no authentication.
+    pub requirepass: Option<String>,
+    /// Allow a non-loopback `bind` without a password.
+    pub insecure: bool,
+    /// Most connected clients.
+    pub max_clients: usize,
+    /// Worker threads serving connections (0: one per core).
+    pub threads: usize,
+    /// Serve Prometheus metrics over HTTP on this port (0: pick a free one).
+    pub metrics_port: Option<u16>,
+    /// Durability of writes that do not name one.
+    #[serde(deserialize_with = "de_durability")]
+    pub durability: Durability,
+    /// Close connections idle this many seconds (0: never).
+    pub timeout: u64,
+    /// Longest bulk string in a request (bytes).
+    pub max_bulk_len: usize,
+    /// Bytes of requests all clients together may have buffered beyond the 64 KiB each
+    /// always gets; a client needing more waits (the server stops reading from it).
+    pub max_buffer_memory: usize,
+    /// Store capacity in bytes when it is created (0: the file system decides).
+    pub capacity: u64,
+}
+
+fn de_durability<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Durability, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map_err(serde::de::Error::custom)
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            dir: PathBuf::from("hotstore-data"),
+            bind: "127.0.0.1".into(),
+            port: 6380,
+            unixsocket: None,
+            requirepass: None,
+            insecure: false,
+            max_clients: 10_000,
+            threads: 0,
+            metrics_port: None,
+            durability: Durability::Persisted,
+            timeout: 0,
+            max_bulk_len: hotstore::MAX_VALUE_LEN as usize,
+            max_buffer_memory: 1 << 30,
+            capacity: 0,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Defaults for a store in `dir`.
+    pub fn for_dir(dir: impl Into<PathBuf>) -> Self {
+        ServerConfig {
+            dir: dir.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Reads a TOML file with the same keys as the command-line options.
+    pub fn from_toml_file(path: &Path) -> Result<Self, ServerError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ServerError::Config {
+            what: format!("cannot read {}: {e}", path.display()),
+        })?;
+        Self::from_toml(&text).map_err(|e| ServerError::Config {
+            what: format!("{}: {e}", path.display()),
+        })
+    }
+
+    /// Parses TOML text (see [`ServerConfig::from_toml_file`]).
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// The idle timeout, if any.
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        (self.timeout > 0).then(|| Duration::from_secs(self.timeout))
+    }
+
+    /// Worker threads to start.
+    pub fn worker_threads(&self) -> usize {
+        if self.threads > 0 {
+            self.threads
+        } else {
+            std::thread::available_parallelism().map_or(2, |n| n.get())
+        }
+    }
+
+    /// Refuses settings that cannot work or are unsafe.
+    pub fn validate(&self) -> Result<IpAddr, ServerError> {
+        let bad = |what: String| Err(ServerError::Config { what });
+        let ip: IpAddr = match self.bind.parse() {
+            Ok(ip) => ip,
+            Err(_) if self.bind == "localhost" => IpAddr::from([127, 0, 0, 1]),
+            Err(_) => return bad(format!("bind address `{}` is not an IP address", self.bind)),
+        };
+        if !ip.is_loopback() && self.requirepass.is_none() && !self.insecure {
+            return bad(format!(
+                "refusing to listen on {ip} (not loopback) without a password: set \
+                 --requirepass, or pass --insecure if the network is trusted"
+            ));
+        }
+        if self.max_clients == 0 {
+            return bad("max-clients must be at least 1".into());
+        }
+        if self.max_bulk_len == 0 || self.max_bulk_len as u64 > hotstore::MAX_VALUE_LEN {
+            return bad(format!(
+                "max-bulk-len must be 1 to {} bytes (the store's largest value)",
+                hotstore::MAX_VALUE_LEN
+            ));
+        }
+        if matches!(&self.requirepass, Some(p) if p.is_empty()) {
+            return bad("requirepass must not be empty".into());
+        }
+        Ok(ip)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_keys_match_the_options() {
+        let c = ServerConfig::from_toml(
+            "dir = \"/tmp/x\"\nport = 7000\nrequirepass = \"s\"\ndurability = \"memory\"\n\
+             max-clients = 5\nmetrics-port = 9100\n",
+        )
+        .unwrap();
+        assert_eq!(c.port, 7000);
+        assert_eq!(c.durability, Durability::Memory);
+        assert_eq!(c.max_clients, 5);
+        assert_eq!(c.metrics_port, Some(9100));
+        assert!(ServerConfig::from_toml("prot = 1").is_err());
+        assert!(ServerConfig::from_toml("durability = \"fast\"").is_err());
+    }
+
+    #[test]
+    fn non_loopback_needs_a_password() {
+        let mut c = ServerConfig::for_dir("/tmp/x");
+        c.bind = "0.0.0.0".into();
+        assert!(c.validate().is_err());
+        c.requirepass = Some("secret".into());
+        assert!(c.validate().is_ok());
+        c.requirepass = None;
+        c.insecure = true;
+        assert!(c.validate().is_ok());
+    }
+}

@@ -1,0 +1,281 @@
+//! One client connection: read, parse and run every complete request in the buffer, then
+//! send the replies in one write (pipelining), then read again.
+//!
+//! Back-pressure: a connection reads only when it has no complete request left, so at most
+//! one read buffer of requests waits per client; replies are sent before more is read. A
+//! request larger than the 64 KiB base buffer takes room from the server-wide buffer budget
+//! first, waiting (not reading) while other clients hold it.
+//!
+//! Durability: writes go to the store with `Durability::Memory`; if any of them asked for
+//! `Persisted`, the group commit runs before the replies leave. If that sync fails, the
+//! connection is closed without sending them: nothing unsynced is ever acknowledged.
+
+use crate::commands::{self, Args, Ctx, Flow, WaitEvent};
+use crate::resp::{parse_request, Parsed, Reply};
+use crate::shared::{ClientInfo, Shared, BASE_BUFFER, BUDGET_UNIT};
+use bytes::{Buf, BytesMut};
+use hotstore::ClaimToken;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::OwnedSemaphorePermit;
+
+/// Replies are sent once this many bytes are queued, even mid-batch.
+const FLUSH_AT: usize = 64 << 10;
+/// A blocking EVENT.NEXT waits in slices this long, checking for shutdown between them.
+const WAIT_SLICE: Duration = Duration::from_millis(100);
+
+/// Per-connection state that commands see.
+pub struct ConnState {
+    /// Registry entry (id, name, addresses).
+    pub info: Arc<ClientInfo>,
+    /// Speaks RESP3.
+    pub resp3: bool,
+    /// Passed AUTH (or no password is set).
+    pub authenticated: bool,
+    /// A `Persisted` write was made since the last sync.
+    pub needs_sync: bool,
+    /// Claims taken by this connection and not yet settled, by token text.
+    pub claims: HashMap<String, ClaimToken>,
+}
+
+impl ConnState {
+    /// The consumer name recorded with claims.
+    pub fn consumer(&self) -> String {
+        self.info
+            .name
+            .lock()
+            .clone()
+            .unwrap_or_else(|| format!("client-{}", self.info.id))
+    }
+}
+
+/// Serves one connection until it closes, the client quits or the server stops.
+pub async fn serve<S>(shared: Arc<Shared>, mut stream: S, info: Arc<ClientInfo>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut state = ConnState {
+        info,
+        resp3: false,
+        authenticated: shared.config.requirepass.is_none(),
+        needs_sync: false,
+        claims: HashMap::new(),
+    };
+    shared.metrics.connections_total.inc();
+    let _ = run(&shared, &mut stream, &mut state).await;
+    // Claims held by a connection go back to READY when it goes.
+    for token in state.claims.values() {
+        let _ = shared.store.release(token);
+    }
+    shared.clients.unregister(state.info.id);
+}
+
+/// Why the loop ended (all are normal ends of a connection).
+enum End {
+    Closed,
+    Quit,
+}
+
+async fn run<S>(shared: &Arc<Shared>, stream: &mut S, state: &mut ConnState) -> std::io::Result<End>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut inbuf = BytesMut::with_capacity(BASE_BUFFER);
+    let mut out: Vec<u8> = Vec::with_capacity(BASE_BUFFER);
+    let mut ranges = Vec::new();
+    let mut permit: Option<OwnedSemaphorePermit> = None;
+    let mut shutdown = shared.shutdown.subscribe();
+    let idle = shared.config.idle_timeout();
+    loop {
+        // Run every complete request in the buffer.
+        loop {
+            let parsed = parse_request(&inbuf, &shared.limits, &mut ranges);
+            match parsed {
+                Ok(Parsed::Request { consumed }) => {
+                    let flow = if ranges.is_empty() {
+                        Flow::Continue
+                    } else {
+                        execute(shared, state, &inbuf, &ranges, &mut out)
+                    };
+                    inbuf.advance(consumed);
+                    match flow {
+                        Flow::Continue => {}
+                        Flow::Close => {
+                            send(shared, state, stream, &mut out).await?;
+                            return Ok(End::Quit);
+                        }
+                        Flow::Shutdown => {
+                            send(shared, state, stream, &mut out).await?;
+                            shared.request_shutdown();
+                            return Ok(End::Quit);
+                        }
+                        Flow::WaitEvent(w) => {
+                            send(shared, state, stream, &mut out).await?;
+                            wait_event(shared, state, w, &mut out).await;
+                        }
+                    }
+                    if out.len() >= FLUSH_AT {
+                        send(shared, state, stream, &mut out).await?;
+                    }
+                }
+                Ok(Parsed::Incomplete { need }) => {
+                    if need > inbuf.capacity() && need > BASE_BUFFER {
+                        // Reply to what ran before waiting for buffer room.
+                        send(shared, state, stream, &mut out).await?;
+                        let units = (need - BASE_BUFFER).div_ceil(BUDGET_UNIT) as u32;
+                        permit = Some(
+                            shared
+                                .buffer_budget
+                                .clone()
+                                .acquire_many_owned(units)
+                                .await
+                                .map_err(std::io::Error::other)?,
+                        );
+                        inbuf.reserve(need - inbuf.len());
+                    }
+                    break;
+                }
+                Err(e) => {
+                    shared.metrics.error("protocol");
+                    Reply::new(&mut out, state.resp3).error(&format!("ERR {e}"));
+                    send(shared, state, stream, &mut out).await?;
+                    return Ok(End::Closed);
+                }
+            }
+        }
+        send(shared, state, stream, &mut out).await?;
+        // A large request is done: give its memory back.
+        if inbuf.is_empty() && inbuf.capacity() > 2 * BASE_BUFFER {
+            inbuf = BytesMut::with_capacity(BASE_BUFFER);
+            permit = None;
+        }
+        if inbuf.capacity() - inbuf.len() < 4096 {
+            inbuf.reserve(BASE_BUFFER);
+        }
+        let read = async {
+            match idle {
+                Some(t) => tokio::time::timeout(t, stream.read_buf(&mut inbuf))
+                    .await
+                    .unwrap_or(Ok(0)),
+                None => stream.read_buf(&mut inbuf).await,
+            }
+        };
+        tokio::select! {
+            n = read => {
+                let n = n?;
+                if n == 0 {
+                    return Ok(End::Closed);
+                }
+                shared.metrics.bytes_in.inc_by(n as u64);
+            }
+            _ = shutdown.wait_for(|stop| *stop) => return Ok(End::Closed),
+        }
+        let _ = &permit;
+    }
+}
+
+/// Runs one request, timing it for the metrics.
+fn execute(
+    shared: &Shared,
+    state: &mut ConnState,
+    buf: &[u8],
+    ranges: &[std::ops::Range<usize>],
+    out: &mut Vec<u8>,
+) -> Flow {
+    let started = Instant::now();
+    let args = Args::new(buf, ranges);
+    let resp3 = state.resp3;
+    let before = out.len();
+    let mut reply = Reply::new(out, resp3);
+    let (idx, flow) = {
+        let mut ctx = Ctx {
+            shared,
+            conn: state,
+            out: &mut reply,
+        };
+        commands::dispatch(&mut ctx, &args)
+    };
+    if out.get(before) == Some(&b'-') {
+        let text = std::str::from_utf8(&out[before + 1..]).unwrap_or("ERR");
+        shared.metrics.error(crate::error::error_kind(text));
+    }
+    if let Some(i) = idx {
+        shared.metrics.command(i, started.elapsed());
+        state.info.last_cmd.store(i, Ordering::Relaxed);
+    }
+    state.info.last_active_ms.store(
+        shared.started.elapsed().as_millis() as u64,
+        Ordering::Relaxed,
+    );
+    flow
+}
+
+/// Sends the queued replies, after the group commit if they acknowledge `Persisted` writes.
+async fn send<S>(
+    shared: &Shared,
+    state: &mut ConnState,
+    stream: &mut S,
+    out: &mut Vec<u8>,
+) -> std::io::Result<()>
+where
+    S: AsyncWrite + Unpin,
+{
+    if state.needs_sync {
+        state.needs_sync = false;
+        if let Err(why) = shared.sync.sync().await {
+            shared.metrics.error("io");
+            eprintln!(
+                "hotstore: sync failed ({why}); closing client {} without acknowledging",
+                state.info.id
+            );
+            out.clear();
+            return Err(std::io::Error::other(why));
+        }
+    }
+    if out.is_empty() {
+        return Ok(());
+    }
+    stream.write_all(out).await?;
+    shared.metrics.bytes_out.inc_by(out.len() as u64);
+    out.clear();
+    Ok(())
+}
+
+/// EVENT.NEXT BLOCK: waits in slices on a blocking thread (the engine's wait is a condvar),
+/// so a stop request is seen within one slice.
+async fn wait_event(shared: &Arc<Shared>, state: &mut ConnState, w: WaitEvent, out: &mut Vec<u8>) {
+    loop {
+        let slice = match w.deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()).min(WAIT_SLICE),
+            None => WAIT_SLICE,
+        };
+        let store = shared.store.clone();
+        let (consumer, lease) = (w.consumer.clone(), w.lease);
+        let got =
+            tokio::task::spawn_blocking(move || store.next_event_wait(&consumer, lease, slice))
+                .await;
+        let mut reply = Reply::new(out, state.resp3);
+        match got {
+            Ok(Ok(Some(claim))) => {
+                commands::write_claim(shared, state, &mut reply, claim);
+                return;
+            }
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => {
+                reply.error(&crate::error::reply_error(&e));
+                return;
+            }
+            Err(_) => {
+                reply.error("ERR internal error while waiting for an event");
+                return;
+            }
+        }
+        if shared.stopping() || w.deadline.is_some_and(|d| Instant::now() >= d) {
+            reply.null();
+            return;
+        }
+    }
+}

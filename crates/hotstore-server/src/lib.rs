@@ -1,0 +1,26 @@
+//! hotstore over the Redis protocol.
+//!
+//! `hotstore serve` (and [`spawn`] for embedding and tests) serves a store to any Redis
+//! client: RESP2 and RESP3, pipelining, many connections on a few worker threads, standard
+//! string commands and the DAQ commands of `docs/protocol.md` (fragments, event claims with
+//! leases, acknowledgements). Writes are answered once they meet their durability; pipelined
+//! and concurrent `Persisted` writes share one sync (group commit).
+//!
+//! Modules: [`resp`] (parser and encoder), `commands` (table and handlers), `conn` (one
+//! connection's loop, back-pressure, durability before replies), `sync` (group commit),
+//! [`metrics`] (Prometheus), `server` (listeners, start and stop), [`config`].
+
+pub mod commands;
+pub mod config;
+mod conn;
+pub mod error;
+pub mod glob;
+pub mod metrics;
+pub mod resp;
+mod server;
+mod shared;
+mod sync;
+
+pub use config::ServerConfig;
+pub use error::ServerError;
+pub use server::{spawn, ServerHandle};

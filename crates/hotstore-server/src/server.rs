@@ -1,0 +1,322 @@
+//! Starting and stopping: open the store, bind the listeners, accept connections on a tokio
+//! runtime, and stop gracefully (stop accepting, let in-flight requests finish and be
+//! answered, then close the store, which persists everything).
+
+use crate::config::ServerConfig;
+use crate::conn;
+use crate::error::ServerError;
+use crate::metrics::{self, Metrics};
+use crate::resp::Limits;
+use crate::shared::{Clients, Shared, BUDGET_UNIT};
+use crate::sync::GroupSync;
+use hotstore::{Store, TierSpec};
+use parking_lot::Mutex;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::runtime::Runtime;
+use tokio::sync::{watch, Semaphore};
+
+/// How long a stop waits for connections to finish what they are doing.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A running server. Dropping it stops the server (see [`ServerHandle::shutdown`]).
+pub struct ServerHandle {
+    runtime: Option<Runtime>,
+    shared: Option<Arc<Shared>>,
+    tcp_addr: SocketAddr,
+    unix_path: Option<PathBuf>,
+    metrics_addr: Option<SocketAddr>,
+}
+
+fn io_err(what: String) -> impl FnOnce(std::io::Error) -> ServerError {
+    move |source| ServerError::Io { what, source }
+}
+
+/// Opens the store in `config.dir` (creating it if missing) and starts serving in background
+/// threads. Returns once every listener is bound.
+pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
+    let ip = config.validate()?;
+    let threads = config.worker_threads();
+    let mut builder = Store::builder(&config.dir).lanes((threads * 2).clamp(2, 256));
+    if config.capacity > 0 {
+        builder = builder.tier(TierSpec::new(".").capacity_bytes(config.capacity));
+    }
+    let store = Arc::new(builder.open()?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("hotstore-worker")
+        .enable_all()
+        .build()
+        .map_err(io_err("cannot start the worker threads".into()))?;
+    let _entered = runtime.enter();
+
+    let tcp = std::net::TcpListener::bind((ip, config.port))
+        .map_err(io_err(format!("cannot listen on {ip}:{}", config.port)))?;
+    tcp.set_nonblocking(true)
+        .map_err(io_err("cannot set up the listener".into()))?;
+    let tcp_addr = tcp
+        .local_addr()
+        .map_err(io_err("cannot read the listening address".into()))?;
+    let tcp = TcpListener::from_std(tcp).map_err(io_err("cannot set up the listener".into()))?;
+
+    let unix = match &config.unixsocket {
+        Some(path) => Some(bind_unix(path)?),
+        None => None,
+    };
+    let metrics_listener = match config.metrics_port {
+        Some(port) => {
+            let l = std::net::TcpListener::bind((ip, port))
+                .map_err(io_err(format!("cannot listen for metrics on {ip}:{port}")))?;
+            l.set_nonblocking(true)
+                .map_err(io_err("cannot set up the metrics listener".into()))?;
+            Some(TcpListener::from_std(l).map_err(io_err("metrics listener".into()))?)
+        }
+        None => None,
+    };
+    let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
+
+    let metrics = Metrics::new();
+    let sync = GroupSync::start(
+        store.clone(),
+        metrics.syncs.clone(),
+        metrics.synced_requests.clone(),
+    )
+    .map_err(io_err("cannot start the sync thread".into()))?;
+    let budget_units = (config.max_buffer_memory / BUDGET_UNIT).min(Semaphore::MAX_PERMITS);
+    let limits = Limits {
+        max_bulk: config.max_bulk_len,
+        ..Limits::default()
+    };
+    let shared = Arc::new(Shared {
+        store,
+        limits,
+        sync,
+        metrics,
+        clients: Clients::default(),
+        scans: Mutex::default(),
+        shutdown: watch::channel(false).0,
+        started: Instant::now(),
+        buffer_budget: Arc::new(Semaphore::new(budget_units)),
+        tcp_port: tcp_addr.port(),
+        config,
+    });
+
+    runtime.spawn(accept_tcp(tcp, shared.clone()));
+    let unix_path = match unix {
+        Some((listener, path)) => {
+            runtime.spawn(accept_unix(listener, shared.clone()));
+            Some(path)
+        }
+        None => None,
+    };
+    if let Some(l) = metrics_listener {
+        runtime.spawn(metrics::serve_http(l, shared.clone()));
+    }
+    drop(_entered);
+    Ok(ServerHandle {
+        runtime: Some(runtime),
+        shared: Some(shared),
+        tcp_addr,
+        unix_path,
+        metrics_addr,
+    })
+}
+
+/// Binds a Unix socket, replacing a stale socket file left by a crash (but never a live one
+/// or a file that is not a socket).
+fn bind_unix(path: &PathBuf) -> Result<(UnixListener, PathBuf), ServerError> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        let live = std::os::unix::net::UnixStream::connect(path).is_ok();
+        if !meta.file_type().is_socket() || live {
+            return Err(ServerError::Config {
+                what: format!(
+                    "unix socket {}: the path exists and is {}",
+                    path.display(),
+                    if live { "in use" } else { "not a socket" }
+                ),
+            });
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let l = UnixListener::bind(path).map_err(io_err(format!(
+        "cannot listen on unix socket {}",
+        path.display()
+    )))?;
+    Ok((l, path.clone()))
+}
+
+async fn refuse(mut sock: impl tokio::io::AsyncWrite + Unpin) {
+    let _ = sock
+        .write_all(b"-ERR max number of clients reached\r\n")
+        .await;
+    let _ = sock.shutdown().await;
+}
+
+async fn accept_tcp(listener: TcpListener, shared: Arc<Shared>) {
+    let mut stop = shared.shutdown.subscribe();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        let (sock, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // Out of file descriptors, usually: wait instead of spinning.
+                eprintln!("hotstore: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = sock.set_nodelay(true);
+        let laddr = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        match shared
+            .clients
+            .register(shared.config.max_clients, peer.to_string(), laddr)
+        {
+            Some(info) => {
+                tokio::spawn(conn::serve(shared.clone(), sock, info));
+            }
+            None => {
+                tokio::spawn(refuse(sock));
+            }
+        }
+    }
+}
+
+async fn accept_unix(listener: UnixListener, shared: Arc<Shared>) {
+    let mut stop = shared.shutdown.subscribe();
+    let path = listener
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+        .unwrap_or_default();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        let sock = match accepted {
+            Ok((s, _)) => s,
+            Err(e) => {
+                eprintln!("hotstore: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        match shared
+            .clients
+            .register(shared.config.max_clients, format!("{path}:0"), path.clone())
+        {
+            Some(info) => {
+                tokio::spawn(conn::serve(shared.clone(), sock, info));
+            }
+            None => {
+                tokio::spawn(refuse(sock));
+            }
+        }
+    }
+}
+
+impl ServerHandle {
+    /// The TCP address served (the port is the real one when 0 was asked for).
+    pub fn tcp_addr(&self) -> SocketAddr {
+        self.tcp_addr
+    }
+
+    /// The Unix socket served, if any.
+    pub fn unix_path(&self) -> Option<&PathBuf> {
+        self.unix_path.as_ref()
+    }
+
+    /// The metrics HTTP address, if any.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// The store served.
+    pub fn store(&self) -> Option<&Store> {
+        self.shared.as_ref().map(|s| &*s.store)
+    }
+
+    /// Blocks until SIGINT or SIGTERM arrives or a client sends SHUTDOWN, then stops
+    /// gracefully.
+    pub fn run_until_stopped(mut self) -> Result<(), ServerError> {
+        if let (Some(rt), Some(shared)) = (&self.runtime, &self.shared) {
+            let shared = shared.clone();
+            rt.block_on(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let mut term = signal(SignalKind::terminate()).ok();
+                let mut stop = shared.shutdown.subscribe();
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                }
+                shared.request_shutdown();
+            });
+        }
+        self.stop()
+    }
+
+    /// Stops gracefully: no new connections; requests already read are run and answered
+    /// (within 10 s); claims held by connections go back to READY; the store is closed, which
+    /// persists everything.
+    pub fn shutdown(mut self) -> Result<(), ServerError> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> Result<(), ServerError> {
+        let (Some(rt), Some(shared)) = (self.runtime.take(), self.shared.take()) else {
+            return Ok(());
+        };
+        shared.request_shutdown();
+        rt.block_on(async {
+            let deadline = Instant::now() + DRAIN_TIMEOUT;
+            while shared
+                .clients
+                .connected
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > 0
+                && Instant::now() < deadline
+            {
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(50), shared.clients.gone.notified())
+                        .await;
+            }
+        });
+        rt.shutdown_timeout(Duration::from_secs(2));
+        if let Some(p) = &self.unix_path {
+            let _ = std::fs::remove_file(p);
+        }
+        let shared = match Arc::try_unwrap(shared) {
+            Ok(s) => s,
+            Err(shared) => {
+                // Something still holds the state (should not happen once the runtime is
+                // gone): make everything durable and let the last holder close the store.
+                shared.store.flush()?;
+                return Ok(());
+            }
+        };
+        let Shared {
+            store, mut sync, ..
+        } = shared;
+        sync.stop();
+        match Arc::try_unwrap(store) {
+            Ok(store) => store.close()?,
+            Err(store) => store.flush()?,
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}

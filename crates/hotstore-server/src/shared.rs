@@ -1,0 +1,162 @@
+//! State shared by all connections: the store, settings, the client registry, SCAN cursors
+//! and the shutdown signal.
+
+use crate::config::ServerConfig;
+use crate::metrics::Metrics;
+use crate::resp::Limits;
+use crate::sync::GroupSync;
+use hotstore::{Durability, Store};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::{watch, Notify, Semaphore};
+
+/// Bytes of read buffer every connection has without asking the shared budget.
+pub const BASE_BUFFER: usize = 64 << 10;
+/// The shared buffer budget is counted in units of this many bytes.
+pub const BUDGET_UNIT: usize = 1 << 10;
+
+/// State shared by all connections.
+pub struct Shared {
+    /// The store.
+    pub store: Arc<Store>,
+    /// Settings.
+    pub config: ServerConfig,
+    /// Request limits.
+    pub limits: Limits,
+    /// Group commit.
+    pub sync: GroupSync,
+    /// Counters and histograms.
+    pub metrics: Metrics,
+    /// Connected clients.
+    pub clients: Clients,
+    /// Open SCAN cursors.
+    pub scans: Mutex<ScanCursors>,
+    /// Set to true to stop the server.
+    pub shutdown: watch::Sender<bool>,
+    /// Start time.
+    pub started: Instant,
+    /// Read-buffer memory beyond [`BASE_BUFFER`] per client, in [`BUDGET_UNIT`]s.
+    pub buffer_budget: Arc<Semaphore>,
+    /// The TCP port actually bound.
+    pub tcp_port: u16,
+}
+
+impl Shared {
+    /// The durability a write asked for, or the server's default.
+    pub fn durability(&self, asked: Option<Durability>) -> Durability {
+        asked.unwrap_or(self.config.durability)
+    }
+
+    /// Asks the server to stop.
+    pub fn request_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// True once a stop was asked for.
+    pub fn stopping(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+}
+
+/// One connected client, as CLIENT LIST shows it.
+pub struct ClientInfo {
+    /// Client id (CLIENT ID).
+    pub id: u64,
+    /// Peer address.
+    pub addr: String,
+    /// Local address.
+    pub laddr: String,
+    /// Connect time.
+    pub created: Instant,
+    /// CLIENT SETNAME.
+    pub name: Mutex<Option<String>>,
+    /// Index of the last command (usize::MAX: none yet).
+    pub last_cmd: AtomicUsize,
+    /// Milliseconds since server start at the last command.
+    pub last_active_ms: AtomicU64,
+}
+
+/// The client registry.
+#[derive(Default)]
+pub struct Clients {
+    map: Mutex<BTreeMap<u64, Arc<ClientInfo>>>,
+    next_id: AtomicU64,
+    /// Connected now.
+    pub connected: AtomicUsize,
+    /// Accepted since start.
+    pub total: AtomicU64,
+    /// Refused for max-clients.
+    pub rejected: AtomicU64,
+    /// Notified when a client goes (shutdown waits for zero).
+    pub gone: Notify,
+}
+
+impl Clients {
+    /// Registers a client if fewer than `max` are connected.
+    pub fn register(&self, max: usize, addr: String, laddr: String) -> Option<Arc<ClientInfo>> {
+        let mut map = self.map.lock();
+        if map.len() >= max {
+            self.rejected.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let info = Arc::new(ClientInfo {
+            id,
+            addr,
+            laddr,
+            created: Instant::now(),
+            name: Mutex::new(None),
+            last_cmd: AtomicUsize::new(usize::MAX),
+            last_active_ms: AtomicU64::new(0),
+        });
+        map.insert(id, info.clone());
+        self.connected.store(map.len(), Ordering::Relaxed);
+        self.total.fetch_add(1, Ordering::Relaxed);
+        Some(info)
+    }
+
+    /// Removes a client.
+    pub fn unregister(&self, id: u64) {
+        let mut map = self.map.lock();
+        map.remove(&id);
+        self.connected.store(map.len(), Ordering::Relaxed);
+        drop(map);
+        self.gone.notify_waiters();
+    }
+
+    /// Every connected client, by id.
+    pub fn list(&self) -> Vec<Arc<ClientInfo>> {
+        self.map.lock().values().cloned().collect()
+    }
+}
+
+/// Most SCAN cursors kept; the oldest is forgotten beyond this.
+const MAX_SCAN_CURSORS: usize = 16 * 1024;
+
+/// SCAN cursors: a number (what clients expect) naming the last key returned, so a scan
+/// resumes after it in key order. Every key present for the whole scan is returned once.
+#[derive(Default)]
+pub struct ScanCursors {
+    next: u64,
+    open: BTreeMap<u64, Vec<u8>>,
+}
+
+impl ScanCursors {
+    /// Remembers `last_key` under a new cursor number.
+    pub fn save(&mut self, last_key: Vec<u8>) -> u64 {
+        self.next += 1;
+        self.open.insert(self.next, last_key);
+        while self.open.len() > MAX_SCAN_CURSORS {
+            self.open.pop_first();
+        }
+        self.next
+    }
+
+    /// The key a cursor resumes after (kept, so a client may retry a call).
+    pub fn get(&self, cursor: u64) -> Option<Vec<u8>> {
+        self.open.get(&cursor).cloned()
+    }
+}
