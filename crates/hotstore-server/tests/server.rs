@@ -1,0 +1,247 @@
+//! The server end to end over raw sockets: the cases real clients do not exercise easily
+//! (limits, malformed input, durability accounting, graceful stop).
+
+use hotstore_server::{spawn, ServerConfig};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut v = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        v.extend_from_slice(a);
+        v.extend_from_slice(b"\r\n");
+    }
+    v
+}
+
+struct Client {
+    w: TcpStream,
+    r: BufReader<TcpStream>,
+}
+
+impl Client {
+    fn connect(addr: std::net::SocketAddr) -> Client {
+        let w = TcpStream::connect(addr).unwrap();
+        w.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Client {
+            r: BufReader::new(w.try_clone().unwrap()),
+            w,
+        }
+    }
+    fn send(&mut self, args: &[&[u8]]) {
+        self.w.write_all(&encode(args)).unwrap();
+    }
+    fn line(&mut self) -> String {
+        let mut s = String::new();
+        self.r.read_line(&mut s).unwrap();
+        s.trim_end().to_string()
+    }
+    fn call(&mut self, args: &[&str]) -> String {
+        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        self.send(&a);
+        self.line()
+    }
+    fn bulk(&mut self) -> Option<Vec<u8>> {
+        let head = self.line();
+        let n: i64 = head[1..].parse().unwrap();
+        if n < 0 {
+            return None;
+        }
+        let mut v = vec![0; n as usize + 2];
+        self.r.read_exact(&mut v).unwrap();
+        v.truncate(n as usize);
+        Some(v)
+    }
+    /// True if the server closed the connection.
+    fn closed(&mut self) -> bool {
+        let mut b = [0u8; 1];
+        matches!(self.r.read(&mut b), Ok(0) | Err(_))
+    }
+}
+
+fn info_field(c: &mut Client, section: &str, field: &str) -> u64 {
+    c.send(&[b"INFO", section.as_bytes()]);
+    let text = String::from_utf8(c.bulk().unwrap()).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn config(dir: &std::path::Path) -> ServerConfig {
+    let mut c = ServerConfig::for_dir(dir);
+    c.port = 0;
+    c.threads = 2;
+    c
+}
+
+#[test]
+fn persisted_writes_wait_for_a_group_commit_memory_writes_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = spawn(config(dir.path())).unwrap();
+    let mut c = Client::connect(server.tcp_addr());
+    let before = info_field(&mut c, "persistence", "hotstore_group_syncs");
+    // A pipelined batch of 100 Persisted writes: covered by few syncs, not 100.
+    let mut batch = Vec::new();
+    for i in 0..100 {
+        batch.extend(encode(&[b"SET", format!("k{i}").as_bytes(), b"v"]));
+    }
+    c.w.write_all(&batch).unwrap();
+    for _ in 0..100 {
+        assert_eq!(c.line(), "+OK");
+    }
+    let after = info_field(&mut c, "persistence", "hotstore_group_syncs");
+    assert!(after > before, "Persisted SETs were acknowledged without a sync");
+    assert!(after - before < 100, "one sync per write: no group commit");
+    // Memory writes never wait for one.
+    for i in 0..50 {
+        let e = i.to_string();
+        assert_eq!(
+            c.call(&["FRAG.PUT", "1", &e, "0", "0", "x", "DURABILITY", "memory"]),
+            "+OK"
+        );
+    }
+    assert_eq!(
+        info_field(&mut c, "persistence", "hotstore_group_syncs"),
+        after
+    );
+    drop(c);
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn malformed_input_closes_only_that_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = spawn(config(dir.path())).unwrap();
+    let mut good = Client::connect(server.tcp_addr());
+    for garbage in [
+        &b"*2\r\n$abc\r\n"[..],
+        b"*1\r\n:5\r\n",
+        b"*1\r\n$3\r\nPINGPONG\r\n",
+    ] {
+        let mut bad = Client::connect(server.tcp_addr());
+        bad.w.write_all(garbage).unwrap();
+        let reply = bad.line();
+        assert!(reply.starts_with("-ERR Protocol error"), "{reply}");
+        assert!(bad.closed());
+        assert_eq!(good.call(&["PING"]), "+PONG");
+    }
+    // A declared bulk over the limit is refused from its header, before it is buffered.
+    let mut cfg = config(dir.path());
+    cfg.max_bulk_len = 1024;
+    drop(good);
+    server.shutdown().unwrap();
+    let server = spawn(cfg).unwrap();
+    let mut bad = Client::connect(server.tcp_addr());
+    bad.w.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2000\r\n").unwrap();
+    assert!(bad.line().starts_with("-ERR Protocol error"));
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn password_client_limit_and_idle_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.requirepass = Some("s3cret".into());
+    cfg.max_clients = 2;
+    cfg.timeout = 1;
+    let server = spawn(cfg).unwrap();
+    let mut a = Client::connect(server.tcp_addr());
+    assert!(a.call(&["GET", "k"]).starts_with("-NOAUTH"));
+    assert!(a.call(&["AUTH", "wrong"]).starts_with("-WRONGPASS"));
+    assert_eq!(a.call(&["AUTH", "s3cret"]), "+OK");
+    assert_eq!(a.call(&["SET", "k", "v"]), "+OK");
+    let mut b = Client::connect(server.tcp_addr());
+    assert_eq!(b.call(&["AUTH", "default", "s3cret"]), "+OK");
+    let mut c = Client::connect(server.tcp_addr());
+    let mut s = String::new();
+    c.r.read_line(&mut s).unwrap();
+    assert_eq!(s.trim_end(), "-ERR max number of clients reached");
+    // Idle clients are closed after the timeout, which frees their slots.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(a.closed());
+    let mut d = Client::connect(server.tcp_addr());
+    assert!(d.call(&["PING"]).starts_with("-NOAUTH"));
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn large_values_round_trip_and_full_store_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.capacity = 256 << 20;
+    let server = spawn(cfg).unwrap();
+    let mut c = Client::connect(server.tcp_addr());
+    let big: Vec<u8> = (0..20 << 20).map(|i: u32| (i % 251) as u8).collect();
+    c.send(&[b"SET", b"big", &big]);
+    assert_eq!(c.line(), "+OK");
+    c.send(&[b"GET", b"big"]);
+    assert_eq!(c.bulk().unwrap(), big);
+    // Fill the store: a clear error, and the server goes on.
+    let mut full = None;
+    for i in 0..64 {
+        c.send(&[b"SET", format!("fill{i}").as_bytes(), &big]);
+        let r = c.line();
+        if r != "+OK" {
+            full = Some(r);
+            break;
+        }
+    }
+    let full = full.expect("a 256 MiB store took 64 x 20 MiB");
+    assert!(full.starts_with("-FULL"), "{full}");
+    assert_eq!(c.call(&["PING"]), "+PONG");
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn claims_go_back_when_the_connection_drops_and_shutdown_is_graceful() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = spawn(config(dir.path())).unwrap();
+    let addr = server.tcp_addr();
+    let mut p = Client::connect(addr);
+    assert_eq!(p.call(&["FRAG.PUT", "3", "9", "0", "0", "payload"]), "+OK");
+    assert_eq!(p.call(&["EVENT.SEAL", "3", "9"]), "+OK");
+    let mut a = Client::connect(addr);
+    a.send(&[b"EVENT.NEXT", b"LEASE", b"60000"]);
+    assert_eq!(a.line(), "*4");
+    let token = a.bulk().unwrap();
+    drop(a);
+    // The claim returns to READY; another consumer gets the same event.
+    let mut b = Client::connect(addr);
+    let mut got = None;
+    for _ in 0..100 {
+        b.send(&[b"EVENT.NEXT", b"BLOCK", b"100"]);
+        let head = b.line();
+        if head == "*4" {
+            got = b.bulk();
+            break;
+        }
+        assert_eq!(head, "$-1");
+    }
+    let got = got.expect("the event did not come back after its claimant disconnected");
+    assert_eq!(got[..24], token[..24], "a different event was offered");
+    // Old token refused, new one works.
+    let t_old = String::from_utf8(token).unwrap();
+    let t_new = String::from_utf8(got).unwrap();
+    // Skip the rest of the EVENT.NEXT reply: [run, event], incomplete, fragments.
+    for expect in ["*2", ":3", ":9", ":0", "*1", "*3", ":0", ":0"] {
+        assert_eq!(b.line(), expect);
+    }
+    assert_eq!(b.bulk().unwrap(), b"payload");
+    assert!(b.call(&["EVENT.ACK", &t_old, "REMOVE"]).starts_with("-CLAIMLOST"));
+    assert_eq!(b.call(&["EVENT.ACK", &t_new, "REMOVE"]), "+OK");
+    assert!(p
+        .call(&["FRAG.PUT", "3", "9", "1", "0", "late"])
+        .starts_with("-LATE"));
+    // A blocked EVENT.NEXT is answered (nil) when the server stops.
+    let mut w = Client::connect(addr);
+    w.send(&[b"EVENT.NEXT", b"BLOCK", b"0"]);
+    std::thread::sleep(Duration::from_millis(200));
+    let stopper = std::thread::spawn(move || server.shutdown());
+    assert_eq!(w.line(), "$-1");
+    stopper.join().unwrap().unwrap();
+}
