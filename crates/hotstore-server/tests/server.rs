@@ -95,7 +95,10 @@ fn persisted_writes_wait_for_a_group_commit_memory_writes_do_not() {
         assert_eq!(c.line(), "+OK");
     }
     let after = info_field(&mut c, "persistence", "hotstore_group_syncs");
-    assert!(after > before, "Persisted SETs were acknowledged without a sync");
+    assert!(
+        after > before,
+        "Persisted SETs were acknowledged without a sync"
+    );
     assert!(after - before < 100, "one sync per write: no group commit");
     // Memory writes never wait for one.
     for i in 0..50 {
@@ -137,7 +140,9 @@ fn malformed_input_closes_only_that_connection() {
     server.shutdown().unwrap();
     let server = spawn(cfg).unwrap();
     let mut bad = Client::connect(server.tcp_addr());
-    bad.w.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2000\r\n").unwrap();
+    bad.w
+        .write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2000\r\n")
+        .unwrap();
     assert!(bad.line().starts_with("-ERR Protocol error"));
     server.shutdown().unwrap();
 }
@@ -232,7 +237,9 @@ fn claims_go_back_when_the_connection_drops_and_shutdown_is_graceful() {
         assert_eq!(b.line(), expect);
     }
     assert_eq!(b.bulk().unwrap(), b"payload");
-    assert!(b.call(&["EVENT.ACK", &t_old, "REMOVE"]).starts_with("-CLAIMLOST"));
+    assert!(b
+        .call(&["EVENT.ACK", &t_old, "REMOVE"])
+        .starts_with("-CLAIMLOST"));
     assert_eq!(b.call(&["EVENT.ACK", &t_new, "REMOVE"]), "+OK");
     assert!(p
         .call(&["FRAG.PUT", "3", "9", "1", "0", "late"])
