@@ -131,6 +131,13 @@ impl ServerConfig {
                 hotstore::MAX_VALUE_LEN
             ));
         }
+        if self.max_buffer_memory < self.max_bulk_len {
+            return bad(format!(
+                "max-buffer-memory ({}) must be at least max-bulk-len ({}), or a request of the \
+                 largest size could never be read",
+                self.max_buffer_memory, self.max_bulk_len
+            ));
+        }
         if matches!(&self.requirepass, Some(p) if p.is_empty()) {
             return bad("requirepass must not be empty".into());
         }
