@@ -71,6 +71,14 @@ pub struct ServeArgs {
     /// Capacity of a new store (e.g. 64GiB) [default: as much as the file system has].
     #[arg(long, value_parser = parse_size)]
     capacity: Option<u64>,
+    /// Fragments that make an event complete (READY); 0: only EVENT.SEAL or the timeout
+    /// [default: the store's stored policy; 1 for a new store]. Stored with the store.
+    #[arg(long)]
+    expected_fragments: Option<u32>,
+    /// Milliseconds after its first fragment at which an OPEN event becomes READY, flagged
+    /// incomplete; 0: never [default: the stored policy; 0 for a new store].
+    #[arg(long)]
+    incomplete_timeout_ms: Option<u64>,
 }
 
 fn config_from(a: ServeArgs) -> CliResult<ServerConfig> {
@@ -101,6 +109,12 @@ fn config_from(a: ServeArgs) -> CliResult<ServerConfig> {
     }
     if let Some(v) = a.metrics_port {
         c.metrics_port = Some(v);
+    }
+    if let Some(v) = a.expected_fragments {
+        c.expected_fragments = Some(v);
+    }
+    if let Some(v) = a.incomplete_timeout_ms {
+        c.incomplete_timeout_ms = Some(v);
     }
     if let Some(v) = a.durability {
         c.durability = v.into();

@@ -2,7 +2,7 @@
 //! must find every acknowledged write byte-exact (and any unacknowledged write either absent
 //! or whole). Three rounds on one store, with `Persisted` SETs and `Memory` FRAG.PUTs.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,9 +18,8 @@ fn start(dir: &std::path::Path) -> (Child, u16) {
         .spawn()
         .expect("start hotstore serve");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        let line = lines.next().expect("server exited early").unwrap();
+    for line in lines.by_ref() {
+        let line = line.unwrap_or_default();
         if let Some(addr) = line.strip_prefix("hotstore: listening on 127.0.0.1:") {
             let port = addr.trim().parse().unwrap();
             // Keep draining stdout so the server never blocks on it.
@@ -28,7 +27,8 @@ fn start(dir: &std::path::Path) -> (Child, u16) {
             return (child, port);
         }
     }
-    panic!("server did not say it was listening");
+    let status = child.wait();
+    panic!("server exited without listening: {status:?}");
 }
 
 fn encode(args: &[&[u8]]) -> Vec<u8> {
@@ -104,7 +104,14 @@ fn writer(port: u16, w: u64, start: u64, acked: Arc<Mutex<Vec<u64>>>, stop: Arc<
             if w == 2 {
                 let ev = j.to_string();
                 req.extend(encode(&[
-                    b"FRAG.PUT", b"7", ev.as_bytes(), b"0", b"0", &v, b"DURABILITY", b"memory",
+                    b"FRAG.PUT",
+                    b"7",
+                    ev.as_bytes(),
+                    b"0",
+                    b"0",
+                    &v,
+                    b"DURABILITY",
+                    b"memory",
                 ]));
             } else {
                 req.extend(encode(&[b"SET", &set_key(w, j), &v]));
@@ -155,7 +162,10 @@ fn acknowledged_writes_survive_sigkill_of_the_server() {
         }
         for w in 0..3 {
             let a = acked[w].lock().unwrap();
-            assert!(!a.is_empty(), "round {round}: writer {w} got no acknowledgement");
+            assert!(
+                !a.is_empty(),
+                "round {round}: writer {w} got no acknowledgement"
+            );
             next[w] = a.iter().max().unwrap() + 1000;
             all_acked[w].extend(a.iter().copied());
         }
@@ -193,7 +203,9 @@ fn acknowledged_writes_survive_sigkill_of_the_server() {
         // Unacknowledged writes just past the last acknowledged one: absent or whole.
         for w in 0..2u64 {
             for j in next[w as usize] - 1000..next[w as usize] - 1000 + 64 {
-                stream.write_all(&encode(&[b"GET", &set_key(w, j)])).unwrap();
+                stream
+                    .write_all(&encode(&[b"GET", &set_key(w, j)]))
+                    .unwrap();
                 if let Some(v) = read_bulk(&mut reader) {
                     assert_eq!(v, value(w, j), "round {round}: torn value {w}/{j}");
                 }

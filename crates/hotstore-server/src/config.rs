@@ -42,6 +42,12 @@ pub struct ServerConfig {
     pub max_buffer_memory: usize,
     /// Store capacity in bytes when it is created (0: the file system decides).
     pub capacity: u64,
+    /// Event policy to set at start: fragments that make an event complete (0: only
+    /// EVENT.SEAL or the timeout). None keeps the store's stored policy (default 1).
+    pub expected_fragments: Option<u32>,
+    /// Event policy to set at start: milliseconds after which an OPEN event becomes READY
+    /// flagged incomplete (0: never). None keeps the stored policy.
+    pub incomplete_timeout_ms: Option<u64>,
 }
 
 fn de_durability<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Durability, D::Error> {
@@ -66,6 +72,8 @@ impl Default for ServerConfig {
             max_bulk_len: hotstore::MAX_VALUE_LEN as usize,
             max_buffer_memory: 1 << 30,
             capacity: 0,
+            expected_fragments: None,
+            incomplete_timeout_ms: None,
         }
     }
 }

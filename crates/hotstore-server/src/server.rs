@@ -45,7 +45,18 @@ pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     if config.capacity > 0 {
         builder = builder.tier(TierSpec::new(".").capacity_bytes(config.capacity));
     }
-    let store = Arc::new(builder.open()?);
+    let store = builder.open()?;
+    if config.expected_fragments.is_some() || config.incomplete_timeout_ms.is_some() {
+        let mut policy = store.event_policy(None);
+        if let Some(n) = config.expected_fragments {
+            policy.expected_fragments = n;
+        }
+        if let Some(ms) = config.incomplete_timeout_ms {
+            policy.incomplete_timeout_ms = ms;
+        }
+        store.set_event_policy(policy)?;
+    }
+    let store = Arc::new(store);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .thread_name("hotstore-worker")
@@ -275,44 +286,63 @@ impl ServerHandle {
         let (Some(rt), Some(shared)) = (self.runtime.take(), self.shared.take()) else {
             return Ok(());
         };
-        shared.request_shutdown();
-        rt.block_on(async {
-            let deadline = Instant::now() + DRAIN_TIMEOUT;
-            while shared
-                .clients
-                .connected
-                .load(std::sync::atomic::Ordering::Relaxed)
-                > 0
-                && Instant::now() < deadline
-            {
-                let _ =
-                    tokio::time::timeout(Duration::from_millis(50), shared.clients.gone.notified())
-                        .await;
-            }
-        });
-        rt.shutdown_timeout(Duration::from_secs(2));
-        if let Some(p) = &self.unix_path {
-            let _ = std::fs::remove_file(p);
+        let unix_path = self.unix_path.clone();
+        let work = move || stop_runtime(rt, shared, unix_path);
+        // Blocking on the runtime is not allowed from inside another one (an async test, an
+        // embedding application): stop from a plain thread then.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            std::thread::spawn(work).join().unwrap_or_else(|_| {
+                Err(ServerError::Config {
+                    what: "the thread stopping the server panicked".into(),
+                })
+            })
+        } else {
+            work()
         }
-        let shared = match Arc::try_unwrap(shared) {
-            Ok(s) => s,
-            Err(shared) => {
-                // Something still holds the state (should not happen once the runtime is
-                // gone): make everything durable and let the last holder close the store.
-                shared.store.flush()?;
-                return Ok(());
-            }
-        };
-        let Shared {
-            store, mut sync, ..
-        } = shared;
-        sync.stop();
-        match Arc::try_unwrap(store) {
-            Ok(store) => store.close()?,
-            Err(store) => store.flush()?,
-        }
-        Ok(())
     }
+}
+
+fn stop_runtime(
+    rt: Runtime,
+    shared: Arc<Shared>,
+    unix_path: Option<PathBuf>,
+) -> Result<(), ServerError> {
+    shared.request_shutdown();
+    rt.block_on(async {
+        let deadline = Instant::now() + DRAIN_TIMEOUT;
+        while shared
+            .clients
+            .connected
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+            && Instant::now() < deadline
+        {
+            let _ = tokio::time::timeout(Duration::from_millis(50), shared.clients.gone.notified())
+                .await;
+        }
+    });
+    rt.shutdown_timeout(Duration::from_secs(2));
+    if let Some(p) = &unix_path {
+        let _ = std::fs::remove_file(p);
+    }
+    let shared = match Arc::try_unwrap(shared) {
+        Ok(s) => s,
+        Err(shared) => {
+            // Something still holds the state (should not happen once the runtime is gone):
+            // make everything durable and let the last holder close the store.
+            shared.store.flush()?;
+            return Ok(());
+        }
+    };
+    let Shared {
+        store, mut sync, ..
+    } = shared;
+    sync.stop();
+    match Arc::try_unwrap(store) {
+        Ok(store) => store.close()?,
+        Err(store) => store.flush()?,
+    }
+    Ok(())
 }
 
 impl Drop for ServerHandle {

@@ -125,6 +125,38 @@ fn expired_lease_goes_back_to_ready_and_the_old_token_is_refused() {
 }
 
 #[test]
+fn a_claim_past_its_lease_cannot_be_acknowledged_even_if_nothing_else_ran() {
+    // Found by the client tests: expiry was only noticed by the next claim or listing.
+    let m = FaultMedium::new("lease-ack");
+    let s = store_expecting(&m, 1);
+    put_event(&s, 2, 1, 1, Durability::Memory);
+    put_event(&s, 2, 2, 1, Durability::Memory);
+    let t1 = s
+        .next_event("slow", Duration::from_millis(20))
+        .unwrap()
+        .unwrap()
+        .into_token();
+    let t2 = s
+        .next_event("slow", Duration::from_millis(20))
+        .unwrap()
+        .unwrap()
+        .into_token();
+    std::thread::sleep(Duration::from_millis(50));
+    let late_ack = s.ack(&t1, Ack::Remove, Durability::Memory);
+    assert!(
+        matches!(late_ack, Err(Error::ClaimLost { .. })),
+        "{late_ack:?}"
+    );
+    assert!(matches!(s.release(&t2), Err(Error::ClaimLost { .. })));
+    assert_eq!(
+        s.event(&EventId::new(2, 1)).unwrap().len(),
+        1,
+        "not removed"
+    );
+    assert_eq!(s.stats().events.ready, 2);
+}
+
+#[test]
 fn seal_and_timeout_make_events_ready() {
     let m = FaultMedium::new("seal");
     let s = common::open_two_lanes(&m);

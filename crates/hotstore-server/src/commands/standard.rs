@@ -30,7 +30,7 @@ pub fn get(ctx: &mut Ctx, args: &Args) -> CmdResult {
 pub fn set(ctx: &mut Ctx, args: &Args) -> CmdResult {
     if args.len() > 3 {
         return Err(format!(
-            "ERR hotstore does not support SET option '{}' (only SET key value)",
+            "ERR hotstore does not support SET option '{}'",
             String::from_utf8_lossy(args.get(3))
         ));
     }

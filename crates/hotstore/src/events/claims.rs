@@ -220,6 +220,9 @@ impl Inner {
 
     /// Settles a claim with an acknowledgement, durably as asked.
     pub(crate) fn ack(&self, token: &ClaimToken, ack: Ack, durability: Durability) -> Result<()> {
+        // Expired leases are noticed here too, not only by the next claim: a claim past its
+        // lease is lost even if nothing else ran since.
+        self.events.sweep(&self.index, Instant::now());
         let what = match ack {
             Ack::Remove => EventWrite::Remove,
             Ack::Keep => EventWrite::Keep,
@@ -234,6 +237,7 @@ impl Inner {
 
     /// Gives a claimed event back: READY again, in its old place.
     pub(crate) fn release(&self, token: &ClaimToken) -> Result<()> {
+        self.events.sweep(&self.index, Instant::now());
         let p = token.event.as_bytes();
         if p.len() != self.events.prefix_len {
             return Err(claim_lost(token));

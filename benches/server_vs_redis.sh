@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# hotstore serve vs redis-server under the same redis-benchmark grid.
+#
+# usage: benches/server_vs_redis.sh [--out FILE.md] [--reps N] [--seconds S] [--help]
+#
+# Starts three servers on free loopback ports, each on a fresh data directory:
+#   redis              redis-server --appendonly yes --appendfsync everysec --save ""
+#   hotstore-memory    hotstore serve --durability memory     (reply once in the mapped store:
+#                      survives a crash of the server, not a power cut)
+#   hotstore-persisted hotstore serve --durability persisted  (reply once fdatasync'd; concurrent
+#                      writes share a sync)
+# and runs the same redis-benchmark points against each, alternating servers within every
+# point (redis, memory, persisted, redis, ...), N repetitions (default 3), reporting the median:
+#   SET and GET  x  -d 100 and -d 10240  x  -P 1 and -P 32,  all with -c 8 -r 100000.
+# Before the points of a value size, each server is filled with that size (SET over the key
+# space, -n HOTSTORE_BENCH_FILL, default 300000, which hits ~95% of the 100000 keys) so that
+# GET finds values; the key count after the fill is printed. -n of each point is calibrated
+# per server with a short run so that one repetition takes about S seconds (default 2).
+#
+# Prints a table (point, redis ops/s, hotstore-memory ops/s and its ratio to redis,
+# hotstore-persisted ops/s and its ratio) and, with --out, writes it as Markdown.
+# All servers are stopped at the end (also on error or Ctrl-C).
+#
+# Environment:
+#   HOTSTORE_BENCH_DIR      parent of the data directories (default: a new temporary
+#                           directory under /var/tmp, i.e. on the root disk, removed at the end)
+#   HOTSTORE_BENCH_REPS     repetitions per point (default 3; --reps)
+#   HOTSTORE_BENCH_SECONDS  target seconds per repetition (default 2; --seconds)
+#   HOTSTORE_BENCH_FILL     SETs of the fill before each value size (default 300000)
+#   HOTSTORE_BIN            the hotstore binary (default target/release/hotstore, built with
+#                           cargo build --release -p hotstore-cli if missing)
+#   HOTSTORE_BENCH_KEEP=1   keep the data directories
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=
+REPS=${HOTSTORE_BENCH_REPS:-3}
+SECONDS_PER_RUN=${HOTSTORE_BENCH_SECONDS:-2}
+FILL=${HOTSTORE_BENCH_FILL:-300000}
+KEYSPACE=100000
+CLIENTS=8
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+while (($#)); do
+  case "$1" in
+    --out)
+      OUT=${2:?--out needs a file}
+      shift 2
+      ;;
+    --out=*)
+      OUT=${1#--out=}
+      shift
+      ;;
+    --reps)
+      REPS=${2:?--reps needs a number}
+      shift 2
+      ;;
+    --seconds)
+      SECONDS_PER_RUN=${2:?--seconds needs a number}
+      shift 2
+      ;;
+    -h | --help)
+      usage
+      exit 0
+      ;;
+    *)
+      echo "unknown argument: $1 (see --help)" >&2
+      exit 2
+      ;;
+  esac
+done
+[[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "--reps must be a positive integer" >&2; exit 2; }
+[[ $SECONDS_PER_RUN =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "--seconds must be a number" >&2; exit 2; }
+
+for tool in redis-server redis-benchmark redis-cli awk; do
+  command -v "$tool" >/dev/null 2>&1 || {
+    echo "$tool not found (Debian: redis-server, redis-tools; .ci/run installs them)" >&2
+    exit 2
+  }
+done
+
+HOTSTORE=${HOTSTORE_BIN:-$ROOT/target/release/hotstore}
+if [[ ! -x $HOTSTORE ]]; then
+  echo "== building $HOTSTORE (cargo build --release -p hotstore-cli)" >&2
+  (cd "$ROOT" && cargo build --release -p hotstore-cli) >&2
+fi
+
+if [[ -n ${HOTSTORE_BENCH_DIR:-} ]]; then
+  mkdir -p "$HOTSTORE_BENCH_DIR"
+  WORK=$(mktemp -d "$HOTSTORE_BENCH_DIR/hotstore-vs-redis.XXXXXX")
+else
+  WORK=$(mktemp -d /var/tmp/hotstore-vs-redis.XXXXXX)
+fi
+
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    for _ in $(seq 300); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  PIDS=()
+  if [[ ${HOTSTORE_BENCH_KEEP:-0} == 1 ]]; then
+    echo "data kept in $WORK" >&2
+  else
+    rm -rf "$WORK"
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+  local p
+  for _ in $(seq 200); do
+    p=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "$p"
+      return
+    fi
+  done
+  echo "no free port found" >&2
+  exit 1
+}
+
+wait_ping() {
+  local port=$1 name=$2 log=$3
+  for _ in $(seq 300); do
+    [[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]] && return
+    sleep 0.1
+  done
+  echo "$name did not answer PING on port $port; its log:" >&2
+  cat "$log" >&2
+  exit 1
+}
+
+# Each start_* runs its server as a child of this shell (so that cleanup can stop it by its
+# pid) and appends its port to PORTS.
+start_redis() {
+  local dir=$WORK/redis port
+  mkdir -p "$dir"
+  port=$(free_port)
+  redis-server --port "$port" --bind 127.0.0.1 --appendonly yes --appendfsync everysec \
+    --save "" --dir "$dir" --daemonize no --logfile "$dir/redis.log" </dev/null >/dev/null 2>&1 &
+  PIDS+=($!)
+  wait_ping "$port" redis-server "$dir/redis.log"
+  PORTS+=("$port")
+}
+
+start_hotstore() {
+  local durability=$1 dir=$WORK/hotstore-$1 port=
+  mkdir -p "$dir"
+  "$HOTSTORE" serve --dir "$dir/store" --port 0 --durability "$durability" \
+    </dev/null >"$dir/serve.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 300); do
+    port=$(sed -n 's/^hotstore: listening on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$dir/serve.log")
+    [[ -n $port ]] && break
+    sleep 0.1
+  done
+  [[ -n $port ]] || {
+    echo "hotstore serve --durability $durability printed no listening line; its log:" >&2
+    cat "$dir/serve.log" >&2
+    exit 1
+  }
+  wait_ping "$port" "hotstore-$durability" "$dir/serve.log"
+  PORTS+=("$port")
+}
+
+# ops/s of one redis-benchmark run (from its --csv output).
+bench() {
+  local port=$1 op=$2 size=$3 pipe=$4 n=$5 out rps
+  out=$(timeout 600 redis-benchmark -h 127.0.0.1 -p "$port" -t "$op" -d "$size" -P "$pipe" \
+    -c "$CLIENTS" -r "$KEYSPACE" -n "$n" --csv </dev/null 2>&1) || {
+    echo "redis-benchmark failed against port $port: $out" >&2
+    exit 1
+  }
+  rps=$(awk -F'"' -v op="${op^^}" '$2 == op { print $4 }' <<<"$out")
+  [[ $rps =~ ^[0-9]+(\.[0-9]+)?$ ]] || {
+    echo "no $op rate in redis-benchmark's CSV output: $out" >&2
+    exit 1
+  }
+  echo "$rps"
+}
+
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# Requests for about SECONDS_PER_RUN at the rate of a short probe run.
+calibrate() {
+  local port=$1 op=$2 size=$3 pipe=$4 probe rps
+  probe=$((pipe > 1 ? 20000 : 3000))
+  rps=$(bench "$port" "$op" "$size" "$pipe" "$probe") || exit 1
+  awk -v r="$rps" -v s="$SECONDS_PER_RUN" 'BEGIN { n = int(r * s); if (n < 2000) n = 2000; if (n > 5000000) n = 5000000; print n }'
+}
+
+fmt_rate() { awk -v r="$1" 'BEGIN { if (r >= 1e6) printf "%.2f M", r / 1e6; else if (r >= 1e3) printf "%.1f k", r / 1e3; else printf "%.0f", r }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }'; }
+
+echo "== data under $WORK ($(df -T "$WORK" | awk 'NR == 2 { print $1 ", " $2 }'))"
+NAMES=(redis hotstore-memory hotstore-persisted)
+PORTS=()
+start_redis
+start_hotstore memory
+start_hotstore persisted
+echo "== $(redis-server --version | awk '{ print $1, $2, $3 }') on port ${PORTS[0]} (appendonly yes, appendfsync everysec, save \"\")"
+echo "== hotstore serve on ports ${PORTS[1]} (memory) and ${PORTS[2]} (persisted):"
+sed -n 's/^hotstore: tier /   tier /p' "$WORK/hotstore-persisted/serve.log"
+echo "== grid: SET/GET x -d 100/10240 x -P 1/32, -c $CLIENTS -r $KEYSPACE; median of $REPS; ~${SECONDS_PER_RUN}s per run; $(nproc) cores"
+
+ROWS=()
+for size in 100 10240; do
+  for i in 0 1 2; do
+    bench "${PORTS[$i]}" set "$size" 32 "$FILL" >/dev/null
+  done
+  keys=""
+  for i in 0 1 2; do
+    v=$(redis-cli -p "${PORTS[$i]}" DBSIZE)
+    keys+=" ${NAMES[$i]}=$v"
+  done
+  echo "-- filled with $FILL SETs of $size bytes; keys:$keys"
+  for op in set get; do
+    for pipe in 1 32; do
+      point="${op^^} -d $size -P $pipe"
+      ns=()
+      for i in 0 1 2; do
+        v=$(calibrate "${PORTS[$i]}" "$op" "$size" "$pipe")
+        ns+=("$v")
+      done
+      r0=() r1=() r2=()
+      for ((rep = 1; rep <= REPS; rep++)); do
+        v=$(bench "${PORTS[0]}" "$op" "$size" "$pipe" "${ns[0]}")
+        r0+=("$v")
+        v=$(bench "${PORTS[1]}" "$op" "$size" "$pipe" "${ns[1]}")
+        r1+=("$v")
+        v=$(bench "${PORTS[2]}" "$op" "$size" "$pipe" "${ns[2]}")
+        r2+=("$v")
+      done
+      m0=$(median "${r0[@]}")
+      m1=$(median "${r1[@]}")
+      m2=$(median "${r2[@]}")
+      row="$point|$m0|$m1|$(ratio "$m1" "$m0")|$m2|$(ratio "$m2" "$m0")"
+      ROWS+=("$row")
+      printf '   %-20s redis %10s  memory %10s (%sx)  persisted %10s (%sx)   [n=%s/%s/%s]\n' \
+        "$point" "$(fmt_rate "$m0")" "$(fmt_rate "$m1")" "$(ratio "$m1" "$m0")" \
+        "$(fmt_rate "$m2")" "$(ratio "$m2" "$m0")" "${ns[0]}" "${ns[1]}" "${ns[2]}"
+    done
+  done
+done
+
+echo
+HEADER=(point "redis ops/s" "hotstore-memory ops/s" ratio "hotstore-persisted ops/s" ratio)
+{
+  printf '%-18s %14s %24s %7s %26s %7s\n' "${HEADER[@]}"
+  for row in "${ROWS[@]}"; do
+    IFS='|' read -r p a b c d e <<<"$row"
+    printf '%-18s %14.0f %24.0f %7s %26.0f %7s\n' "$p" "$a" "$b" "$c" "$d" "$e"
+  done
+} | tee "$WORK/table.txt"
+
+if [[ -n $OUT ]]; then
+  {
+    echo "| point | redis ops/s | hotstore-memory ops/s | ratio | hotstore-persisted ops/s | ratio |"
+    echo "|---|---:|---:|---:|---:|---:|"
+    for row in "${ROWS[@]}"; do
+      IFS='|' read -r p a b c d e <<<"$row"
+      printf '| %s | %.0f | %.0f | %s | %.0f | %s |\n' "$p" "$a" "$b" "$c" "$d" "$e"
+    done
+    echo
+    echo "redis-benchmark -c $CLIENTS -r $KEYSPACE, median of $REPS runs of ~${SECONDS_PER_RUN} s each, servers alternating within each point; $(nproc) cores; data on $(df -T "$WORK" | awk 'NR == 2 { print $2 }'). redis: appendonly yes, appendfsync everysec. ratio = hotstore / redis."
+  } >"$OUT"
+  echo "wrote $OUT"
+fi

@@ -1,0 +1,133 @@
+//! The client's error type: one variant per error code of the server, plus connection and
+//! protocol failures.
+
+use redis::{ErrorKind, RedisError};
+
+/// Result of client calls.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong. Server replies map by their error code (see `docs/protocol.md`); each
+/// variant keeps the server's message.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `-FULL`: the store is full. Consume (ack) events or free space, then retry.
+    #[error("store full: {0}")]
+    Full(String),
+    /// `-LATE`: a fragment for an event already acknowledged. Drop it.
+    #[error("late fragment: {0}")]
+    Late(String),
+    /// `-CLAIMLOST`: the claim's lease expired or it was released; the event is offered
+    /// again. Do not ack.
+    #[error("claim lost: {0}")]
+    ClaimLost(String),
+    /// `-NOEVENT`: no such event.
+    #[error("no such event: {0}")]
+    NoEvent(String),
+    /// `-ACKED`: the event was already acknowledged.
+    #[error("event already acknowledged: {0}")]
+    Acked(String),
+    /// `-NOAUTH`: the server wants a password and this connection has not authenticated.
+    #[error("authentication required: {0}")]
+    NoAuth(String),
+    /// `-WRONGPASS`: wrong password (also a failed authentication while connecting).
+    #[error("wrong password: {0}")]
+    WrongPass(String),
+    /// `-IOERR`: the store failed and is read-only.
+    #[error("store I/O error: {0}")]
+    StoreIo(String),
+    /// `-ERR`: bad arguments, unknown command, unsupported option.
+    #[error("request refused: {0}")]
+    Request(String),
+    /// An error reply with another code.
+    #[error("server error {code}: {message}")]
+    Server {
+        /// The error code (first word of the reply).
+        code: String,
+        /// The rest of the reply.
+        message: String,
+    },
+    /// The connection failed, closed or timed out (the client should be reconnected), or
+    /// could not be made.
+    #[error("connection: {0}")]
+    Connection(#[source] RedisError),
+    /// A reply that does not have the shape the protocol specifies.
+    #[error("unexpected reply: {0}")]
+    Protocol(String),
+    /// A bad argument caught before sending (e.g. a malformed URL).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl Error {
+    /// The error for a server reply with `code` and `message`.
+    pub fn from_server_reply(code: &str, message: &str) -> Error {
+        let m = message.to_string();
+        match code {
+            "FULL" => Error::Full(m),
+            "LATE" => Error::Late(m),
+            "CLAIMLOST" => Error::ClaimLost(m),
+            "NOEVENT" => Error::NoEvent(m),
+            "ACKED" => Error::Acked(m),
+            "NOAUTH" => Error::NoAuth(m),
+            "WRONGPASS" => Error::WrongPass(m),
+            "IOERR" => Error::StoreIo(m),
+            "ERR" => Error::Request(m),
+            _ => Error::Server {
+                code: code.to_string(),
+                message: m,
+            },
+        }
+    }
+
+    /// The server's error code (`FULL`, `LATE`, ...) if this is an error reply.
+    pub fn code(&self) -> Option<&str> {
+        Some(match self {
+            Error::Full(_) => "FULL",
+            Error::Late(_) => "LATE",
+            Error::ClaimLost(_) => "CLAIMLOST",
+            Error::NoEvent(_) => "NOEVENT",
+            Error::Acked(_) => "ACKED",
+            Error::NoAuth(_) => "NOAUTH",
+            Error::WrongPass(_) => "WRONGPASS",
+            Error::StoreIo(_) => "IOERR",
+            Error::Request(_) => "ERR",
+            Error::Server { code, .. } => code,
+            Error::Connection(_) | Error::Protocol(_) | Error::InvalidArgument(_) => return None,
+        })
+    }
+
+    /// True for a failed connection: the client is unusable and should be reconnected. Error
+    /// replies leave the connection usable.
+    pub fn is_connection(&self) -> bool {
+        matches!(self, Error::Connection(_))
+    }
+
+    pub(crate) fn protocol(what: impl Into<String>) -> Error {
+        Error::Protocol(what.into())
+    }
+}
+
+impl From<RedisError> for Error {
+    fn from(e: RedisError) -> Error {
+        if e.kind() == ErrorKind::AuthenticationFailed {
+            return Error::WrongPass(e.to_string());
+        }
+        if e.kind() == ErrorKind::InvalidClientConfig {
+            return Error::InvalidArgument(e.to_string());
+        }
+        if let Some(code) = e.code() {
+            return Error::from_server_reply(code, e.detail().unwrap_or(""));
+        }
+        match e.kind() {
+            ErrorKind::Parse | ErrorKind::UnexpectedReturnType => Error::Protocol(e.to_string()),
+            _ => Error::Connection(e),
+        }
+    }
+}
+
+impl From<redis::ServerError> for Error {
+    fn from(e: redis::ServerError) -> Error {
+        Error::from_server_reply(e.code(), e.details().unwrap_or(""))
+    }
+}
