@@ -344,10 +344,13 @@ impl Store {
         let (mut lane, seg, off) = self.inner.lane_with_room(rec_len, opts.full_wait, false)?;
         // Safety: [off, off + rec_len) is past `end` of the lane's active segment, which only
         // this lane (locked) writes.
+        // A bulk record is written entirely through the medium (pwrite on block tiers): a
+        // single store through the mapping would map its page writable, and every write-back of
+        // that page then costs a TLB shoot-down and a page fault (25% of the time in a profile).
+        let bulk = is_bulk(value.len());
         let written = unsafe {
-            seg.write_body(off + HEADER_LEN, key, false).and_then(|()| {
-                seg.write_body(off + HEADER_LEN + key.len(), value, is_bulk(value.len()))
-            })
+            seg.write_body(off + HEADER_LEN, key, bulk)
+                .and_then(|()| seg.write_body(off + HEADER_LEN + key.len(), value, bulk))
         };
         if let Err(e) = written {
             // Page-cache state after a failed write is unknown: refuse further writes.
