@@ -29,6 +29,10 @@
 #   HOTSTORE_BENCH_FILL     SETs of the fill before each value size (default 300000)
 #   HOTSTORE_BIN            the hotstore binary (default target/release/hotstore, built with
 #                           cargo build --release -p hotstore-cli if missing)
+#   HOTSTORE_BENCH_PREALLOC store buffer preallocated at start by each hotstore server, as
+#                           a DAQ buffer is (default 4GiB: --capacity and --preallocate);
+#                           0 grows the store as it fills (first-touch page allocation is
+#                           slow on some VMs and then dominates 10 KiB SETs)
 #   HOTSTORE_BENCH_KEEP=1   keep the data directories
 set -euo pipefail
 
@@ -37,6 +41,7 @@ OUT=
 REPS=${HOTSTORE_BENCH_REPS:-3}
 SECONDS_PER_RUN=${HOTSTORE_BENCH_SECONDS:-2}
 FILL=${HOTSTORE_BENCH_FILL:-300000}
+PREALLOC=${HOTSTORE_BENCH_PREALLOC:-4GiB}
 KEYSPACE=100000
 CLIENTS=8
 
@@ -158,10 +163,12 @@ start_redis() {
 start_hotstore() {
   local durability=$1 dir=$WORK/hotstore-$1 port=
   mkdir -p "$dir"
-  "$HOTSTORE" serve --dir "$dir/store" --port 0 --durability "$durability" \
+  local sizing=()
+  [[ $PREALLOC != 0 ]] && sizing=(--capacity "$PREALLOC" --preallocate "$PREALLOC")
+  "$HOTSTORE" serve --dir "$dir/store" --port 0 --durability "$durability" "${sizing[@]}" \
     </dev/null >"$dir/serve.log" 2>&1 &
   PIDS+=($!)
-  for _ in $(seq 300); do
+  for _ in $(seq 1200); do
     port=$(sed -n 's/^hotstore: listening on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$dir/serve.log")
     [[ -n $port ]] && break
     sleep 0.1
@@ -211,7 +218,7 @@ start_redis
 start_hotstore memory
 start_hotstore persisted
 echo "== $(redis-server --version | awk '{ print $1, $2, $3 }') on port ${PORTS[0]} (appendonly yes, appendfsync everysec, save \"\")"
-echo "== hotstore serve on ports ${PORTS[1]} (memory) and ${PORTS[2]} (persisted):"
+echo "== hotstore serve on ports ${PORTS[1]} (memory) and ${PORTS[2]} (persisted), preallocated buffer: $PREALLOC:"
 sed -n 's/^hotstore: tier /   tier /p' "$WORK/hotstore-persisted/serve.log"
 echo "== grid: SET/GET x -d 100/10240 x -P 1/32, -c $CLIENTS -r $KEYSPACE; median of $REPS; ~${SECONDS_PER_RUN}s per run; $(nproc) cores"
 

@@ -71,6 +71,10 @@ pub struct ServeArgs {
     /// Capacity of a new store (e.g. 64GiB) [default: as much as the file system has].
     #[arg(long, value_parser = parse_size)]
     capacity: Option<u64>,
+    /// Create and pre-fault this many bytes of segment files at start (e.g. 4GiB, at most
+    /// --capacity), so that writes never wait for page allocation [default: 0].
+    #[arg(long, value_parser = parse_size)]
+    preallocate: Option<u64>,
     /// Fragments that make an event complete (READY); 0: only EVENT.SEAL or the timeout
     /// [default: the store's stored policy; 1 for a new store]. Stored with the store.
     #[arg(long)]
@@ -100,7 +104,15 @@ fn config_from(a: ServeArgs) -> CliResult<ServerConfig> {
     macro_rules! set {
         ($($f:ident),*) => { $( if let Some(v) = a.$f { c.$f = v.into(); } )* };
     }
-    set!(bind, port, max_clients, threads, timeout, capacity);
+    set!(
+        bind,
+        port,
+        max_clients,
+        threads,
+        timeout,
+        capacity,
+        preallocate
+    );
     if let Some(v) = a.unixsocket {
         c.unixsocket = Some(v);
     }

@@ -42,6 +42,9 @@ pub struct ServerConfig {
     pub max_buffer_memory: usize,
     /// Store capacity in bytes when it is created (0: the file system decides).
     pub capacity: u64,
+    /// Create and pre-fault segment files for this many bytes at start (bounded by the
+    /// capacity), so writes never pay for page allocation: a DAQ buffer allocated up front.
+    pub preallocate: u64,
     /// Event policy to set at start: fragments that make an event complete (0: only
     /// EVENT.SEAL or the timeout). None keeps the store's stored policy (default 1).
     pub expected_fragments: Option<u32>,
@@ -72,6 +75,7 @@ impl Default for ServerConfig {
             max_bulk_len: hotstore::MAX_VALUE_LEN as usize,
             max_buffer_memory: 1 << 30,
             capacity: 0,
+            preallocate: 0,
             expected_fragments: None,
             incomplete_timeout_ms: None,
         }

@@ -45,6 +45,9 @@ pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     if config.capacity > 0 {
         builder = builder.tier(TierSpec::new(".").capacity_bytes(config.capacity));
     }
+    if config.preallocate > 0 {
+        builder = builder.preallocate_bytes(config.preallocate);
+    }
     let store = builder.open()?;
     if config.expected_fragments.is_some() || config.incomplete_timeout_ms.is_some() {
         let mut policy = store.event_policy(None);
