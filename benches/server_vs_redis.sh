@@ -30,7 +30,7 @@
 #   HOTSTORE_BIN            the hotstore binary (default target/release/hotstore, built with
 #                           cargo build --release -p hotstore-cli if missing)
 #   HOTSTORE_BENCH_PREALLOC store buffer preallocated at start by each hotstore server, as
-#                           a DAQ buffer is (default 4GiB: --capacity and --preallocate);
+#                           a DAQ buffer is (default 4GiB, --preallocate; capacity unbounded);
 #                           0 grows the store as it fills (first-touch page allocation is
 #                           slow on some VMs and then dominates 10 KiB SETs)
 #   HOTSTORE_BENCH_KEEP=1   keep the data directories
@@ -164,7 +164,7 @@ start_hotstore() {
   local durability=$1 dir=$WORK/hotstore-$1 port=
   mkdir -p "$dir"
   local sizing=()
-  [[ $PREALLOC != 0 ]] && sizing=(--capacity "$PREALLOC" --preallocate "$PREALLOC")
+  [[ $PREALLOC != 0 ]] && sizing=(--preallocate "$PREALLOC")
   "$HOTSTORE" serve --dir "$dir/store" --port 0 --durability "$durability" "${sizing[@]}" \
     </dev/null >"$dir/serve.log" 2>&1 &
   PIDS+=($!)
