@@ -199,6 +199,20 @@ impl Segment {
         unsafe { self.region.write(offset, bytes, bulk) }
     }
 
+    /// [`Segment::write_body`] of several parts back to back (key and value in one call).
+    ///
+    /// # Safety
+    /// As [`Segment::write_body`], for the whole range.
+    pub unsafe fn write_body_parts(
+        &self,
+        offset: usize,
+        parts: &[&[u8]],
+        bulk: bool,
+    ) -> crate::Result<()> {
+        // Safety: the caller's contract.
+        unsafe { self.region.write_parts(offset, parts, bulk) }
+    }
+
     /// Copies `bytes` (a header: small) to `offset` through the mapping.
     ///
     /// # Safety

@@ -348,10 +348,7 @@ impl Store {
         // single store through the mapping would map its page writable, and every write-back of
         // that page then costs a TLB shoot-down and a page fault (25% of the time in a profile).
         let bulk = is_bulk(value.len());
-        let written = unsafe {
-            seg.write_body(off + HEADER_LEN, key, bulk)
-                .and_then(|()| seg.write_body(off + HEADER_LEN + key.len(), value, bulk))
-        };
+        let written = unsafe { seg.write_body_parts(off + HEADER_LEN, &[key, value], bulk) };
         if let Err(e) = written {
             // Page-cache state after a failed write is unknown: refuse further writes.
             self.inner.poison(&e);

@@ -329,6 +329,67 @@ impl Region for MappedFile {
         Ok(())
     }
 
+    unsafe fn write_parts(&self, offset: usize, parts: &[&[u8]], bulk: bool) -> Result<()> {
+        if !(self.domain == Domain::Block && bulk) || parts.len() > 4 {
+            let mut at = offset;
+            for p in parts {
+                // Safety: the caller's contract covers every part's sub-range.
+                unsafe { self.write(at, p, bulk)? };
+                at += p.len();
+            }
+            return Ok(());
+        }
+        use std::os::unix::fs::FileExt;
+        use std::os::unix::io::AsRawFd;
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        assert!(
+            offset + total <= self.len,
+            "write past the end of {}",
+            self.path.display()
+        );
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 4];
+        for (v, p) in iov.iter_mut().zip(parts) {
+            v.iov_base = p.as_ptr() as *mut libc::c_void;
+            v.iov_len = p.len();
+        }
+        let written = loop {
+            // Safety: the iovecs point into `parts`, alive for the call.
+            let r = unsafe {
+                libc::pwritev(
+                    self._file.as_raw_fd(),
+                    iov.as_ptr(),
+                    parts.len() as libc::c_int,
+                    offset as libc::off_t,
+                )
+            };
+            if r >= 0 {
+                break r as usize;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(Error::io("pwritev", &self.path, e));
+            }
+        };
+        // A short write (rare: a signal, a full device) is finished part by part.
+        let (mut skip, mut at) = (written, offset + written);
+        for p in parts {
+            if skip >= p.len() {
+                skip -= p.len();
+                continue;
+            }
+            let rest = &p[skip..];
+            skip = 0;
+            self._file
+                .write_all_at(rest, at as u64)
+                .map_err(|e| Error::io("pwrite", &self.path, e))?;
+            at += rest.len();
+        }
+        Ok(())
+    }
+
     fn persist(&self, offset: usize, len: usize) -> Result<()> {
         assert!(
             offset + len <= self.len,

@@ -122,6 +122,20 @@ pub trait Region: Send + Sync {
         };
         Ok(())
     }
+    /// Copies `parts` back to back from `offset`, as [`Region::write`] of their concatenation
+    /// (a record's key and value: one system call instead of two where the medium uses them).
+    ///
+    /// # Safety
+    /// As [`Region::write`], for the whole concatenated range.
+    unsafe fn write_parts(&self, offset: usize, parts: &[&[u8]], bulk: bool) -> Result<()> {
+        let mut at = offset;
+        for p in parts {
+            // Safety: the caller's contract covers every part's sub-range.
+            unsafe { self.write(at, p, bulk)? };
+            at += p.len();
+        }
+        Ok(())
+    }
     /// Makes bytes `[offset, offset + len)` durable in the medium's domain. A no-op on a
     /// volatile medium. After an error the caller must assume nothing past the last success
     /// is durable.
