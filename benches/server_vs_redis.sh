@@ -30,7 +30,7 @@
 #   HOTSTORE_BIN            the hotstore binary (default target/release/hotstore, built with
 #                           cargo build --release -p hotstore-cli if missing)
 #   HOTSTORE_BENCH_PREALLOC store buffer preallocated at start by each hotstore server, as
-#                           a DAQ buffer is (default 4GiB, --preallocate; capacity unbounded);
+#                           a DAQ buffer is (default 8GiB, --preallocate; capacity unbounded);
 #                           0 grows the store as it fills (first-touch page allocation is
 #                           slow on some VMs and then dominates 10 KiB SETs)
 #   HOTSTORE_BENCH_KEEP=1   keep the data directories
@@ -41,7 +41,7 @@ OUT=
 REPS=${HOTSTORE_BENCH_REPS:-3}
 SECONDS_PER_RUN=${HOTSTORE_BENCH_SECONDS:-2}
 FILL=${HOTSTORE_BENCH_FILL:-300000}
-PREALLOC=${HOTSTORE_BENCH_PREALLOC:-4GiB}
+PREALLOC=${HOTSTORE_BENCH_PREALLOC:-8GiB}
 KEYSPACE=100000
 CLIENTS=8
 
