@@ -31,15 +31,7 @@ fn start(dir: &std::path::Path) -> (Child, u16) {
     panic!("server exited without listening: {status:?}");
 }
 
-fn encode(args: &[&[u8]]) -> Vec<u8> {
-    let mut v = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        v.extend_from_slice(a);
-        v.extend_from_slice(b"\r\n");
-    }
-    v
-}
+use hotstore_server::resp::encode_request as encode;
 
 /// Reads one simple reply line (`+OK`, `-ERR ...`).
 fn read_line(r: &mut impl BufRead) -> std::io::Result<String> {
