@@ -68,7 +68,8 @@ pub struct ServeArgs {
     /// a client needing more waits.
     #[arg(long, value_parser = parse_size)]
     max_buffer_memory: Option<u64>,
-    /// Capacity of a new store (e.g. 64GiB) [default: as much as the file system has].
+    /// Capacity of the store (e.g. 64GiB); stored with it, so a later --capacity changes it
+    /// [default: the stored capacity; as much as the file system has for a new store].
     #[arg(long, value_parser = parse_size)]
     capacity: Option<u64>,
     /// Create and pre-fault this many bytes of segment files at start (e.g. 4GiB, at most

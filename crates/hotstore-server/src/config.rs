@@ -40,7 +40,8 @@ pub struct ServerConfig {
     /// Bytes of requests all clients together may have buffered beyond the 64 KiB each
     /// always gets; a client needing more waits (the server stops reading from it).
     pub max_buffer_memory: usize,
-    /// Store capacity in bytes when it is created (0: the file system decides).
+    /// Store capacity in bytes, stored with the store (0: keep the stored capacity; for a new
+    /// store, the file system decides).
     pub capacity: u64,
     /// Create and pre-fault segment files for this many bytes at start (bounded by the
     /// capacity), so writes never pay for page allocation: a DAQ buffer allocated up front.
