@@ -68,6 +68,10 @@ pub struct ServeArgs {
     /// a client needing more waits.
     #[arg(long, value_parser = parse_size)]
     max_buffer_memory: Option<u64>,
+    /// Largest reply one command may build (MGET, EVENT.GET) [default: 512MiB]; larger
+    /// requests get an error instead of buffering without bound.
+    #[arg(long, value_parser = parse_size)]
+    max_reply_len: Option<u64>,
     /// Capacity of the store (e.g. 64GiB); stored with it, so a later --capacity changes it
     /// [default: the stored capacity; as much as the file system has for a new store].
     #[arg(long, value_parser = parse_size)]
@@ -134,6 +138,9 @@ fn config_from(a: ServeArgs) -> CliResult<ServerConfig> {
     }
     if let Some(v) = a.max_bulk_len {
         c.max_bulk_len = v as usize;
+    }
+    if let Some(v) = a.max_reply_len {
+        c.max_reply_len = v as usize;
     }
     if let Some(v) = a.max_buffer_memory {
         c.max_buffer_memory = v as usize;

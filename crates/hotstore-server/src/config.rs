@@ -37,6 +37,8 @@ pub struct ServerConfig {
     pub timeout: u64,
     /// Longest bulk string in a request (bytes).
     pub max_bulk_len: usize,
+    /// Largest reply built for one command (MGET, EVENT.GET), in bytes.
+    pub max_reply_len: usize,
     /// Bytes of requests all clients together may have buffered beyond the 64 KiB each
     /// always gets; a client needing more waits (the server stops reading from it).
     pub max_buffer_memory: usize,
@@ -74,6 +76,7 @@ impl Default for ServerConfig {
             durability: Durability::Persisted,
             timeout: 0,
             max_bulk_len: hotstore::MAX_VALUE_LEN as usize,
+            max_reply_len: 2 * hotstore::MAX_VALUE_LEN as usize,
             max_buffer_memory: 1 << 30,
             capacity: 0,
             preallocate: 0,
@@ -142,6 +145,13 @@ impl ServerConfig {
             return bad(format!(
                 "max-bulk-len must be 1 to {} bytes (the store's largest value)",
                 hotstore::MAX_VALUE_LEN
+            ));
+        }
+        if self.max_reply_len < self.max_bulk_len {
+            return bad(format!(
+                "max-reply-len ({}) must be at least max-bulk-len ({}), or a stored value could \
+                 not be read back",
+                self.max_reply_len, self.max_bulk_len
             ));
         }
         if self.max_buffer_memory < self.max_bulk_len {

@@ -86,7 +86,7 @@ where
     let mut inbuf = BytesMut::with_capacity(BASE_BUFFER);
     let mut out: Vec<u8> = Vec::with_capacity(BASE_BUFFER);
     let mut ranges = Vec::new();
-    let mut permit: Option<OwnedSemaphorePermit> = None;
+    let mut charge = Charge::default();
     let mut shutdown = shared.shutdown.subscribe();
     let idle = shared.config.idle_timeout();
     loop {
@@ -114,7 +114,9 @@ where
                         }
                         Flow::WaitEvent(w) => {
                             send(shared, state, stream, &mut out).await?;
-                            wait_event(shared, state, w, &mut out).await;
+                            if !wait_event(shared, state, w, &mut out, stream, &mut inbuf).await {
+                                return Ok(End::Closed);
+                            }
                         }
                     }
                     if out.len() >= FLUSH_AT {
@@ -122,19 +124,16 @@ where
                     }
                 }
                 Ok(Parsed::Incomplete { need }) => {
-                    if need > inbuf.capacity() && need > BASE_BUFFER {
+                    if need > inbuf.capacity() {
                         // Reply to what ran before waiting for buffer room.
                         send(shared, state, stream, &mut out).await?;
-                        let units = (need - BASE_BUFFER).div_ceil(BUDGET_UNIT) as u32;
-                        permit = Some(
-                            shared
-                                .buffer_budget
-                                .clone()
-                                .acquire_many_owned(units)
-                                .await
-                                .map_err(std::io::Error::other)?,
-                        );
-                        inbuf.reserve(need - inbuf.len());
+                        match grow(shared, &mut charge, &mut inbuf, need, &mut shutdown).await {
+                            Ok(()) => {}
+                            Err(Grow::Stopping) => return Ok(End::Closed),
+                            Err(Grow::TooLarge) => {
+                                return refuse_too_large(shared, state, stream, &mut out).await
+                            }
+                        }
                     }
                     break;
                 }
@@ -148,12 +147,21 @@ where
         }
         send(shared, state, stream, &mut out).await?;
         // A large request is done: give its memory back.
-        if inbuf.is_empty() && inbuf.capacity() > 2 * BASE_BUFFER {
+        if inbuf.is_empty() && charge.units > 0 {
             inbuf = BytesMut::with_capacity(BASE_BUFFER);
-            permit = None;
+            charge = Charge::default();
         }
         if inbuf.capacity() - inbuf.len() < 4096 {
-            inbuf.reserve(BASE_BUFFER);
+            // A request of unknown size (many small arguments) grows the buffer, charged to
+            // the budget beyond the base like a large value.
+            let want = inbuf.len() + BASE_BUFFER / 2;
+            match grow(shared, &mut charge, &mut inbuf, want, &mut shutdown).await {
+                Ok(()) => {}
+                Err(Grow::Stopping) => return Ok(End::Closed),
+                Err(Grow::TooLarge) => {
+                    return refuse_too_large(shared, state, stream, &mut out).await
+                }
+            }
         }
         let read = async {
             match idle {
@@ -173,8 +181,79 @@ where
             }
             _ = shutdown.wait_for(|stop| *stop) => return Ok(End::Closed),
         }
-        let _ = &permit;
     }
+}
+
+/// Read-buffer memory this connection holds from the server-wide budget (beyond its base).
+#[derive(Default)]
+struct Charge {
+    permit: Option<OwnedSemaphorePermit>,
+    units: usize,
+}
+
+enum Grow {
+    /// More than the whole budget: it could never be read.
+    TooLarge,
+    /// The server is stopping.
+    Stopping,
+}
+
+/// Makes `inbuf` hold at least `total` bytes. Room beyond [`BASE_BUFFER`] is charged to the
+/// server-wide budget first, waiting (reading nothing) while other clients hold it; the
+/// buffer is then allocated at exactly that size, so the charge is what is allocated.
+async fn grow(
+    shared: &Shared,
+    charge: &mut Charge,
+    inbuf: &mut BytesMut,
+    total: usize,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<(), Grow> {
+    if total <= BASE_BUFFER {
+        inbuf.reserve(total.saturating_sub(inbuf.len()));
+        return Ok(());
+    }
+    let units = (total - BASE_BUFFER).div_ceil(BUDGET_UNIT);
+    if units > shared.buffer_budget_units {
+        return Err(Grow::TooLarge);
+    }
+    if units > charge.units {
+        let extra = u32::try_from(units - charge.units).map_err(|_| Grow::TooLarge)?;
+        let more = tokio::select! {
+            p = shared.buffer_budget.clone().acquire_many_owned(extra) => {
+                p.map_err(|_| Grow::Stopping)?
+            }
+            _ = shutdown.wait_for(|stop| *stop) => return Err(Grow::Stopping),
+        };
+        match &mut charge.permit {
+            Some(p) => p.merge(more),
+            None => charge.permit = Some(more),
+        }
+        charge.units = units;
+    }
+    if inbuf.capacity() < total {
+        let mut bigger = BytesMut::with_capacity(total);
+        bigger.extend_from_slice(inbuf);
+        *inbuf = bigger;
+    }
+    Ok(())
+}
+
+/// A request larger than `--max-buffer-memory` can never be read: refuse it and close.
+async fn refuse_too_large<S>(
+    shared: &Shared,
+    state: &mut ConnState,
+    stream: &mut S,
+    out: &mut Vec<u8>,
+) -> std::io::Result<End>
+where
+    S: AsyncWrite + Unpin,
+{
+    shared.metrics.error("protocol");
+    Reply::new(out, state.resp3).error(
+        "ERR Protocol error: request larger than max-buffer-memory (the server-wide read budget)",
+    );
+    send(shared, state, stream, out).await?;
+    Ok(End::Closed)
 }
 
 /// Runs one request, timing it for the metrics.
@@ -245,8 +324,20 @@ where
 }
 
 /// EVENT.NEXT BLOCK: waits in slices on a blocking thread (the engine's wait is a condvar),
-/// so a stop request is seen within one slice.
-async fn wait_event(shared: &Arc<Shared>, state: &mut ConnState, w: WaitEvent, out: &mut Vec<u8>) {
+/// so a stop request is seen within one slice; meanwhile the socket is watched, so a client
+/// that goes away is noticed (and any claim won for it released). Returns false if it went.
+async fn wait_event<S>(
+    shared: &Arc<Shared>,
+    state: &mut ConnState,
+    w: WaitEvent,
+    out: &mut Vec<u8>,
+    stream: &mut S,
+    inbuf: &mut BytesMut,
+) -> bool
+where
+    S: AsyncRead + Unpin,
+{
+    let mut gone = false;
     loop {
         let slice = match w.deadline {
             Some(d) => d.saturating_duration_since(Instant::now()).min(WAIT_SLICE),
@@ -254,28 +345,42 @@ async fn wait_event(shared: &Arc<Shared>, state: &mut ConnState, w: WaitEvent, o
         };
         let store = shared.store.clone();
         let (consumer, lease) = (w.consumer.clone(), w.lease);
-        let got =
-            tokio::task::spawn_blocking(move || store.next_event_wait(&consumer, lease, slice))
-                .await;
+        let mut task =
+            tokio::task::spawn_blocking(move || store.next_event_wait(&consumer, lease, slice));
+        let got = loop {
+            // Pipelined requests that arrive meanwhile stay in the buffer for later.
+            let room = inbuf.capacity() > inbuf.len();
+            tokio::select! {
+                r = &mut task => break r,
+                n = stream.read_buf(inbuf), if room && !gone => {
+                    if !matches!(n, Ok(n) if n > 0) {
+                        gone = true;
+                    }
+                }
+            }
+        };
+        if gone {
+            return false; // a claim in `got` is dropped, which releases it
+        }
         let mut reply = Reply::new(out, state.resp3);
         match got {
             Ok(Ok(Some(claim))) => {
                 commands::write_claim(shared, state, &mut reply, claim);
-                return;
+                return true;
             }
             Ok(Ok(None)) => {}
             Ok(Err(e)) => {
                 reply.error(&crate::error::reply_error(&e));
-                return;
+                return true;
             }
             Err(_) => {
                 reply.error("ERR internal error while waiting for an event");
-                return;
+                return true;
             }
         }
         if shared.stopping() || w.deadline.is_some_and(|d| Instant::now() >= d) {
             reply.null();
-            return;
+            return true;
         }
     }
 }

@@ -246,6 +246,8 @@ pub async fn serve_http(listener: TcpListener, shared: Arc<Shared>) {
             _ = stop.wait_for(|s| *s) => return,
         };
         let Ok((mut sock, _)) = accepted else {
+            // Out of file descriptors, usually: wait instead of spinning.
+            tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
         let shared = shared.clone();

@@ -115,6 +115,7 @@ pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         shutdown: watch::channel(false).0,
         started: Instant::now(),
         buffer_budget: Arc::new(Semaphore::new(budget_units)),
+        buffer_budget_units: budget_units,
         tcp_port: tcp_addr.port(),
         config,
     });

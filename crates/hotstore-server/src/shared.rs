@@ -40,6 +40,8 @@ pub struct Shared {
     pub started: Instant,
     /// Read-buffer memory beyond [`BASE_BUFFER`] per client, in [`BUDGET_UNIT`]s.
     pub buffer_budget: Arc<Semaphore>,
+    /// The budget's total, in units.
+    pub buffer_budget_units: usize,
     /// The TCP port actually bound.
     pub tcp_port: u16,
 }

@@ -129,6 +129,12 @@ pub fn event_get(ctx: &mut Ctx, args: &Args) -> CmdResult {
     if args.len() != 1 + layout(ctx).event_fields() {
         return Err("ERR syntax error".into());
     }
+    let bytes = ctx
+        .shared
+        .store
+        .event_info(&id)
+        .map_or(0, |e| e.bytes as usize);
+    super::standard::check_reply_size(ctx, bytes)?;
     let fragments = ctx.shared.store.event(&id).map_err(|e| reply_error(&e))?;
     ctx.out.array(fragments.len());
     for (k, v) in &fragments {

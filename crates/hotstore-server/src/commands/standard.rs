@@ -47,8 +47,22 @@ pub fn mset(ctx: &mut Ctx, args: &Args) -> CmdResult {
     if args.len().is_multiple_of(2) {
         return Err("ERR wrong number of arguments for 'mset' command".into());
     }
-    // Each pair is its own record: a crash mid-MSET can leave a prefix of the pairs (the
-    // reply is only sent once all are durable).
+    // Refuse bad input before writing anything. Each pair is then its own record: a crash
+    // (or a full store) mid-MSET can leave a prefix of the pairs; the reply is only sent once
+    // all are durable.
+    for i in (1..args.len()).step_by(2) {
+        let (k, v) = (args.get(i), args.get(i + 1));
+        if k.is_empty() || k.len() > hotstore::MAX_KEY_LEN {
+            return Err(format!(
+                "ERR MSET key {} is empty or longer than {} bytes: nothing written",
+                i.div_ceil(2),
+                hotstore::MAX_KEY_LEN
+            ));
+        }
+        if v.len() as u64 > hotstore::MAX_VALUE_LEN {
+            return Err("ERR MSET value too large: nothing written".into());
+        }
+    }
     for i in (1..args.len()).step_by(2) {
         ctx.shared
             .store
@@ -61,6 +75,11 @@ pub fn mset(ctx: &mut Ctx, args: &Args) -> CmdResult {
 }
 
 pub fn mget(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let total: usize = args
+        .iter_from(1)
+        .map(|k| ctx.shared.store.value_len(k).unwrap_or(0))
+        .sum();
+    check_reply_size(ctx, total)?;
     ctx.out.array(args.len() - 1);
     for key in args.iter_from(1) {
         let out = &mut *ctx.out;
@@ -80,18 +99,32 @@ pub fn del(ctx: &mut Ctx, args: &Args) -> CmdResult {
         if key.is_empty() || key.len() > hotstore::MAX_KEY_LEN {
             continue;
         }
+        // Synced even when nothing was removed: the absence reported must be durable too
+        // (another client's removal of the key may still await its sync; engine invariant 10).
+        wrote(ctx, None);
         if ctx
             .shared
             .store
             .remove(key, Durability::Memory)
             .map_err(|e| reply_error(&e))?
         {
-            wrote(ctx, None);
             removed += 1;
         }
     }
     ctx.out.int(removed);
     Ok(Flow::Continue)
+}
+
+/// One reply is built whole before it is sent: refuse one that would buffer more than
+/// `--max-reply-len` (a bounded output buffer per client, as Redis's output limits).
+pub(super) fn check_reply_size(ctx: &Ctx, bytes: usize) -> Result<(), String> {
+    let max = ctx.shared.config.max_reply_len;
+    if bytes > max {
+        return Err(format!(
+            "ERR reply of {bytes} bytes exceeds max-reply-len ({max}): ask for fewer values"
+        ));
+    }
+    Ok(())
 }
 
 pub fn exists(ctx: &mut Ctx, args: &Args) -> CmdResult {
@@ -160,8 +193,9 @@ pub fn scan(ctx: &mut Ctx, args: &Args) -> CmdResult {
             k.push(0); // the next key after it
             k
         };
+    let count = count.min(1 << 20);
     let batch = if only_strings {
-        ctx.shared.store.range_keys(&from, None, count.min(1 << 20))
+        ctx.shared.store.range_keys(&from, None, count)
     } else {
         Vec::new()
     };

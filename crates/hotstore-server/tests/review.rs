@@ -1,0 +1,261 @@
+//! Findings of an independent review of the server: each test failed on the code as first
+//! written (the bug it names is fixed), or pins down subtle behaviour that is correct.
+
+use hotstore_server::resp::encode_request as encode;
+use hotstore_server::{spawn, ServerConfig};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+struct Client {
+    w: TcpStream,
+    r: BufReader<TcpStream>,
+}
+
+impl Client {
+    fn connect(addr: std::net::SocketAddr) -> Client {
+        let w = TcpStream::connect(addr).unwrap();
+        w.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Client {
+            r: BufReader::new(w.try_clone().unwrap()),
+            w,
+        }
+    }
+    fn send(&mut self, args: &[&[u8]]) {
+        self.w.write_all(&encode(args)).unwrap();
+    }
+    /// One reply line, or None if nothing came before the read timeout (or EOF).
+    fn try_line(&mut self) -> Option<String> {
+        let mut s = String::new();
+        match self.r.read_line(&mut s) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(s.trim_end().to_string()),
+        }
+    }
+    fn line(&mut self) -> String {
+        self.try_line().expect("no reply")
+    }
+    fn call(&mut self, args: &[&str]) -> String {
+        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        self.send(&a);
+        self.line()
+    }
+    fn bulk(&mut self) -> Option<Vec<u8>> {
+        let head = self.line();
+        let n: i64 = head[1..].parse().unwrap();
+        if n < 0 {
+            return None;
+        }
+        let mut v = vec![0; n as usize + 2];
+        self.r.read_exact(&mut v).unwrap();
+        v.truncate(n as usize);
+        Some(v)
+    }
+}
+
+fn info_field(c: &mut Client, section: &str, field: &str) -> u64 {
+    c.send(&[b"INFO", section.as_bytes()]);
+    let text = String::from_utf8(c.bulk().unwrap()).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn config(dir: &std::path::Path) -> ServerConfig {
+    let mut c = ServerConfig::for_dir(dir);
+    c.port = 0;
+    c.threads = 2;
+    c
+}
+
+/// Resident memory of this process (the server runs in it), in bytes.
+fn rss() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kb << 10
+}
+
+#[test]
+fn pipeline_with_hello_and_blocking_next_syncs_before_replying() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = spawn(config(dir.path())).unwrap();
+    let mut c = Client::connect(server.tcp_addr());
+    let before = info_field(&mut c, "persistence", "hotstore_group_syncs");
+    let mut batch = encode(&[b"SET", b"k", b"v"]);
+    batch.extend(encode(&[b"GET", b"missing"]));
+    batch.extend(encode(&[b"EVENT.NEXT", b"BLOCK", b"300"]));
+    batch.extend(encode(&[b"HELLO", b"3"]));
+    batch.extend(encode(&[b"GET", b"missing"]));
+    batch.extend(b"*0\r\n\r\nPING\r\n");
+    c.w.write_all(&batch).unwrap();
+    assert_eq!(c.line(), "+OK");
+    assert_eq!(c.line(), "$-1");
+    // The SET's reply left before the wait, and only after a sync.
+    let mut c2 = Client::connect(server.tcp_addr());
+    assert!(info_field(&mut c2, "persistence", "hotstore_group_syncs") > before);
+    assert_eq!(c.line(), "$-1"); // EVENT.NEXT timed out (RESP2 nil)
+    assert_eq!(c.line(), "%7"); // HELLO answers in RESP3
+    for _ in 0..25 {
+        c.line(); // 7 names and 7 values (bulk: 2 lines, int/empty array: 1)
+    }
+    assert_eq!(c.line(), "_"); // RESP3 null; `*0` and the empty line get no reply
+    assert_eq!(c.line(), "+PONG");
+    drop((c, c2));
+    server.shutdown().unwrap();
+}
+
+/// A claim whose connection dies with a protocol error goes back to READY.
+#[test]
+fn claim_released_after_protocol_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = spawn(config(dir.path())).unwrap();
+    let addr = server.tcp_addr();
+    let mut p = Client::connect(addr);
+    assert_eq!(p.call(&["FRAG.PUT", "1", "1", "0", "0", "x"]), "+OK");
+    let mut a = Client::connect(addr);
+    a.send(&[b"EVENT.NEXT", b"LEASE", b"600000"]);
+    assert_eq!(a.line(), "*4");
+    a.w.write_all(b"*1\r\n$x\r\n").unwrap();
+    let mut rest = Vec::new();
+    let _ = a.r.read_to_end(&mut rest);
+    assert!(String::from_utf8_lossy(&rest).contains("Protocol error"));
+    std::thread::sleep(Duration::from_millis(200));
+    p.send(&[b"EVENT.NEXT", b"BLOCK", b"2000"]);
+    assert_eq!(p.line(), "*4", "the claim was not released");
+    drop((p, a));
+    server.shutdown().unwrap();
+}
+
+fn small_budget(dir: &std::path::Path) -> ServerConfig {
+    let mut c = config(dir);
+    c.max_bulk_len = 1 << 20;
+    c.max_reply_len = 1 << 20;
+    c.max_buffer_memory = 1 << 20;
+    c
+}
+
+/// Bug: a connection asked for the units of its next large request while still holding those
+/// of the previous one (old + new > budget: waited forever).
+#[test]
+fn pipelined_large_requests_within_the_budget_do_not_deadlock() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = spawn(small_budget(dir.path())).unwrap();
+    let mut c = Client::connect(server.tcp_addr());
+    let mut req = encode(&[b"SET", b"a", &vec![1u8; 300 << 10]]);
+    req.extend(encode(&[b"SET", b"b", &vec![2u8; 900 << 10]]));
+    c.w.write_all(&req).unwrap();
+    assert_eq!(c.line(), "+OK");
+    assert_eq!(c.line(), "+OK");
+    server.shutdown().unwrap();
+}
+
+/// Bug: a request larger than the whole budget waited forever (and blocked shutdown);
+/// buffer growth for many arguments was not charged at all.
+#[test]
+fn request_over_the_budget_is_refused_and_others_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = spawn(small_budget(dir.path())).unwrap();
+    let mut big = Client::connect(server.tcp_addr());
+    let v1 = vec![1u8; 900 << 10];
+    let v2 = vec![2u8; 1000 << 10];
+    big.send(&[b"MSET", b"k1", &v1, b"k2", &v2]);
+    let r = big.line();
+    assert!(r.starts_with("-ERR Protocol error: request larger"), "{r}");
+    let mut other = Client::connect(server.tcp_addr());
+    other.send(&[b"SET", b"k3", &vec![3u8; 300 << 10]]);
+    assert_eq!(other.line(), "+OK");
+    let mut many = Client::connect(server.tcp_addr());
+    let vals: Vec<Vec<u8>> = (0..3).map(|i| vec![i as u8; 500 << 10]).collect();
+    let mut args: Vec<&[u8]> = vec![b"MSET"];
+    for (i, v) in vals.iter().enumerate() {
+        args.push([b"x", b"y", b"z"][i]);
+        args.push(v);
+    }
+    many.send(&args);
+    let r = many.line();
+    assert!(r.starts_with("-ERR Protocol error: request larger"), "{r}");
+    let t = Instant::now();
+    server.shutdown().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "shutdown waited for a stuck client"
+    );
+}
+
+/// Bug: a client that disconnected during EVENT.NEXT BLOCK 0 stayed registered forever.
+#[test]
+fn disconnected_blocked_client_is_reaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_clients = 2;
+    let server = spawn(cfg).unwrap();
+    for _ in 0..3 {
+        let mut c = Client::connect(server.tcp_addr());
+        c.send(&[b"EVENT.NEXT", b"BLOCK", b"0"]);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    let mut c = Client::connect(server.tcp_addr());
+    assert_eq!(
+        c.call(&["PING"]),
+        "+PONG",
+        "gone clients still hold their slots"
+    );
+    server.shutdown().unwrap();
+}
+
+/// Bug: DEL of a missing key answered without a sync (engine invariant 10).
+#[test]
+fn del_of_a_missing_key_is_a_durable_absence() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = spawn(config(dir.path())).unwrap();
+    let mut c = Client::connect(server.tcp_addr());
+    let before = info_field(&mut c, "persistence", "hotstore_group_syncs");
+    assert_eq!(c.call(&["DEL", "never-there"]), ":0");
+    assert!(info_field(&mut c, "persistence", "hotstore_group_syncs") > before);
+    server.shutdown().unwrap();
+}
+
+/// Bug: MSET wrote the pairs before an invalid one and then failed.
+#[test]
+fn failed_mset_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = spawn(config(dir.path())).unwrap();
+    let mut c = Client::connect(server.tcp_addr());
+    let long_key = "k".repeat(1025);
+    assert!(c
+        .call(&["MSET", "a", "1", &long_key, "2"])
+        .starts_with("-ERR"));
+    c.send(&[b"GET", b"a"]);
+    assert_eq!(c.bulk(), None);
+    server.shutdown().unwrap();
+}
+
+/// Bug: one MGET could make the server buffer any amount of output.
+#[test]
+fn one_mget_cannot_buffer_unbounded_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = spawn(small_budget(dir.path())).unwrap();
+    let mut c = Client::connect(server.tcp_addr());
+    c.send(&[b"SET", b"big", &vec![7u8; 600 << 10]]);
+    assert_eq!(c.line(), "+OK");
+    let before = rss();
+    let r = c.call(&["MGET", "big", "big", "big"]);
+    assert!(r.starts_with("-ERR reply of"), "{r}");
+    assert!(rss() < before + (64 << 20));
+    c.send(&[b"MGET", b"big"]);
+    assert_eq!(c.line(), "*1");
+    assert_eq!(c.bulk().unwrap().len(), 600 << 10);
+    server.shutdown().unwrap();
+}
