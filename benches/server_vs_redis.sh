@@ -33,6 +33,8 @@
 #                           a DAQ buffer is (default 8GiB, --preallocate; capacity unbounded);
 #                           0 grows the store as it fills (first-touch page allocation is
 #                           slow on some VMs and then dominates 10 KiB SETs)
+#   HOTSTORE_BENCH_REDIS_FSYNC  Redis's appendfsync (default everysec; `always` makes Redis
+#                           sync before replying, the counterpart of hotstore's persisted)
 #   HOTSTORE_BENCH_KEEP=1   keep the data directories
 set -euo pipefail
 
@@ -42,6 +44,7 @@ REPS=${HOTSTORE_BENCH_REPS:-3}
 SECONDS_PER_RUN=${HOTSTORE_BENCH_SECONDS:-2}
 FILL=${HOTSTORE_BENCH_FILL:-300000}
 PREALLOC=${HOTSTORE_BENCH_PREALLOC:-8GiB}
+REDIS_FSYNC=${HOTSTORE_BENCH_REDIS_FSYNC:-everysec}
 KEYSPACE=100000
 CLIENTS=8
 
@@ -153,7 +156,7 @@ start_redis() {
   local dir=$WORK/redis port
   mkdir -p "$dir"
   port=$(free_port)
-  redis-server --port "$port" --bind 127.0.0.1 --appendonly yes --appendfsync everysec \
+  redis-server --port "$port" --bind 127.0.0.1 --appendonly yes --appendfsync "$REDIS_FSYNC" \
     --save "" --dir "$dir" --daemonize no --logfile "$dir/redis.log" </dev/null >/dev/null 2>&1 &
   PIDS+=($!)
   wait_ping "$port" redis-server "$dir/redis.log"
@@ -217,7 +220,7 @@ PORTS=()
 start_redis
 start_hotstore memory
 start_hotstore persisted
-echo "== $(redis-server --version | awk '{ print $1, $2, $3 }') on port ${PORTS[0]} (appendonly yes, appendfsync everysec, save \"\")"
+echo "== $(redis-server --version | awk '{ print $1, $2, $3 }') on port ${PORTS[0]} (appendonly yes, appendfsync $REDIS_FSYNC, save \"\")"
 echo "== hotstore serve on ports ${PORTS[1]} (memory) and ${PORTS[2]} (persisted), preallocated buffer: $PREALLOC:"
 sed -n 's/^hotstore: tier /   tier /p' "$WORK/hotstore-persisted/serve.log"
 echo "== grid: SET/GET x -d 100/10240 x -P 1/32, -c $CLIENTS -r $KEYSPACE; median of $REPS; ~${SECONDS_PER_RUN}s per run; $(nproc) cores"
@@ -281,7 +284,7 @@ if [[ -n $OUT ]]; then
       printf '| %s | %.0f | %.0f | %s | %.0f | %s |\n' "$p" "$a" "$b" "$c" "$d" "$e"
     done
     echo
-    echo "redis-benchmark -c $CLIENTS -r $KEYSPACE, median of $REPS runs of ~${SECONDS_PER_RUN} s each, servers alternating within each point; $(nproc) cores; data on $(df -T "$WORK" | awk 'NR == 2 { print $2 }'). redis: appendonly yes, appendfsync everysec. ratio = hotstore / redis."
+    echo "redis-benchmark -c $CLIENTS -r $KEYSPACE, median of $REPS runs of ~${SECONDS_PER_RUN} s each, servers alternating within each point; $(nproc) cores; data on $(df -T "$WORK" | awk 'NR == 2 { print $2 }'). redis: appendonly yes, appendfsync $REDIS_FSYNC. ratio = hotstore / redis."
   } >"$OUT"
   echo "wrote $OUT"
 fi

@@ -37,8 +37,9 @@ pub struct ConnState {
     pub authenticated: bool,
     /// A `Persisted` write was made since the last sync.
     pub needs_sync: bool,
-    /// Claims taken by this connection and not yet settled, by token text.
-    pub claims: HashMap<String, ClaimToken>,
+    /// Claims taken by this connection and not yet settled, by token text, with the end of
+    /// their lease (an expired one is dropped from the map when the next claim is taken).
+    pub claims: HashMap<String, (ClaimToken, Instant)>,
 }
 
 impl ConnState {
@@ -67,7 +68,7 @@ where
     shared.metrics.connections_total.inc();
     let _ = run(&shared, &mut stream, &mut state).await;
     // Claims held by a connection go back to READY when it goes.
-    for token in state.claims.values() {
+    for (token, _) in state.claims.values() {
         let _ = shared.store.release(token);
     }
     shared.clients.unregister(state.info.id);

@@ -238,7 +238,12 @@ pub fn write_claim(shared: &Shared, conn: &mut ConnState, out: &mut Reply, claim
     out.int(claim.incomplete() as i64);
     out.array(count);
     out.raw(&body);
-    conn.claims.insert(token, claim.into_token());
+    // Claims whose lease ended are no longer this connection's to release (a long-lived
+    // consumer that lets leases expire would otherwise grow the map without bound).
+    let now = Instant::now();
+    conn.claims.retain(|_, (_, until)| *until > now);
+    let until = claim.lease_until();
+    conn.claims.insert(token, (claim.into_token(), until));
 }
 
 fn token_arg(args: &Args) -> Result<(String, ClaimToken), String> {
