@@ -90,10 +90,14 @@ where
     let mut charge = Charge::default();
     let mut shutdown = shared.shutdown.subscribe();
     let idle = shared.config.idle_timeout();
+    // The buffer's first request was found incomplete: the next parse resumes after the
+    // arguments already parsed (a request arriving in many pieces is parsed once).
+    let mut resume = false;
     loop {
         // Run every complete request in the buffer.
         loop {
-            let parsed = parse_request(&inbuf, &shared.limits, &mut ranges);
+            let parsed = parse_request(&inbuf, &shared.limits, &mut ranges, resume);
+            resume = matches!(parsed, Ok(Parsed::Incomplete { .. }));
             match parsed {
                 Ok(Parsed::Request { consumed }) => {
                     let flow = if ranges.is_empty() {

@@ -74,16 +74,31 @@ fn parse_len(digits: &[u8]) -> Option<i64> {
 }
 
 /// Parses one request from the start of `buf`, filling `args` with ranges of `buf`.
+///
+/// `resume`: the previous call was on the same request (the buffer has only grown since) and
+/// returned `Incomplete`; the arguments it completed are kept in `args` and parsing goes on
+/// after them, so a request arriving in many pieces is parsed once, not once per piece.
 pub fn parse_request(
     buf: &[u8],
     limits: &Limits,
     args: &mut Vec<Range<usize>>,
+    resume: bool,
 ) -> Result<Parsed, ProtocolError> {
-    args.clear();
     match buf.first() {
-        None => Ok(Parsed::Incomplete { need: 0 }),
-        Some(b'*') => parse_multibulk(buf, limits, args),
-        Some(_) => parse_inline(buf, limits, args),
+        None => {
+            args.clear();
+            Ok(Parsed::Incomplete { need: 0 })
+        }
+        Some(b'*') => {
+            if !resume {
+                args.clear();
+            }
+            parse_multibulk(buf, limits, args)
+        }
+        Some(_) => {
+            args.clear();
+            parse_inline(buf, limits, args)
+        }
     }
 }
 
@@ -104,9 +119,13 @@ fn parse_multibulk(
     }
     let mut pos = eol + 2;
     if count <= 0 {
+        args.clear();
         return Ok(Parsed::Request { consumed: pos });
     }
-    for _ in 0..count {
+    if let Some(last) = args.last() {
+        pos = last.end + 2; // resuming after the arguments already parsed
+    }
+    for _ in args.len()..count as usize {
         if pos >= buf.len() {
             return Ok(Parsed::Incomplete { need: 0 });
         }
@@ -202,8 +221,34 @@ pub fn fuzz_check(data: &[u8]) {
         max_inline: 1 << 12,
     };
     let mut args = Vec::new();
-    let whole = parse_request(data, &limits, &mut args);
+    let whole = parse_request(data, &limits, &mut args, false);
     let whole_args = args.clone();
+    // Fed piece by piece (every prefix, resuming after each Incomplete), the parser ends where
+    // the whole parse does.
+    let mut inc = Vec::new();
+    let mut resume = false;
+    for cut in 0..=data.len() {
+        match parse_request(&data[..cut], &limits, &mut inc, resume) {
+            Ok(Parsed::Incomplete { .. }) => {
+                resume = true;
+                if cut == data.len() {
+                    assert!(matches!(whole, Ok(Parsed::Incomplete { .. })), "{whole:?}");
+                }
+            }
+            Ok(Parsed::Request { consumed }) => {
+                assert_eq!(whole, Ok(Parsed::Request { consumed }), "at {cut}");
+                assert_eq!(inc, whole_args, "at {cut}");
+                break;
+            }
+            Err(e) => {
+                assert!(
+                    whole.is_err(),
+                    "prefix of {cut} bytes: {e}, whole: {whole:?}"
+                );
+                break;
+            }
+        }
+    }
     if let Ok(Parsed::Request { consumed }) = &whole {
         assert!(*consumed <= data.len());
         for r in &whole_args {
@@ -212,7 +257,7 @@ pub fn fuzz_check(data: &[u8]) {
         // Any prefix of a whole request is incomplete (or, for inline text, also an error
         // only if the whole is).
         for cut in 0..*consumed {
-            match parse_request(&data[..cut], &limits, &mut args) {
+            match parse_request(&data[..cut], &limits, &mut args, false) {
                 Ok(Parsed::Incomplete { .. }) => {}
                 Ok(Parsed::Request { consumed: c }) => {
                     panic!("prefix of {cut} bytes parsed as a {c}-byte request")
@@ -229,7 +274,7 @@ mod tests {
 
     fn parse(buf: &[u8]) -> Result<(Parsed, Vec<Vec<u8>>), ProtocolError> {
         let mut args = Vec::new();
-        let p = parse_request(buf, &Limits::default(), &mut args)?;
+        let p = parse_request(buf, &Limits::default(), &mut args, false)?;
         Ok((p, args.iter().map(|r| buf[r.clone()].to_vec()).collect()))
     }
 
@@ -300,9 +345,9 @@ mod tests {
         };
         let mut args = Vec::new();
         // Refused from the header alone, before the 11 bytes arrive.
-        assert!(parse_request(b"*1\r\n$11\r\n", &limits, &mut args).is_err());
-        assert!(parse_request(b"*3\r\n", &limits, &mut args).is_err());
-        assert!(parse_request(b"aaaaaaaaaaaa", &limits, &mut args).is_err());
+        assert!(parse_request(b"*1\r\n$11\r\n", &limits, &mut args, false).is_err());
+        assert!(parse_request(b"*3\r\n", &limits, &mut args, false).is_err());
+        assert!(parse_request(b"aaaaaaaaaaaa", &limits, &mut args, false).is_err());
     }
 
     #[test]
