@@ -1,75 +1,12 @@
 //! Findings of an independent review of the server: each test failed on the code as first
 //! written (the bug it names is fixed), or pins down subtle behaviour that is correct.
 
-use hotstore_server::resp::encode_request as encode;
+mod common;
+
+use common::{config, encode, info_field, Client};
 use hotstore_server::{spawn, ServerConfig};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{Read, Write};
 use std::time::{Duration, Instant};
-
-struct Client {
-    w: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Client {
-    fn connect(addr: std::net::SocketAddr) -> Client {
-        let w = TcpStream::connect(addr).unwrap();
-        w.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Client {
-            r: BufReader::new(w.try_clone().unwrap()),
-            w,
-        }
-    }
-    fn send(&mut self, args: &[&[u8]]) {
-        self.w.write_all(&encode(args)).unwrap();
-    }
-    /// One reply line, or None if nothing came before the read timeout (or EOF).
-    fn try_line(&mut self) -> Option<String> {
-        let mut s = String::new();
-        match self.r.read_line(&mut s) {
-            Ok(0) | Err(_) => None,
-            Ok(_) => Some(s.trim_end().to_string()),
-        }
-    }
-    fn line(&mut self) -> String {
-        self.try_line().expect("no reply")
-    }
-    fn call(&mut self, args: &[&str]) -> String {
-        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-        self.send(&a);
-        self.line()
-    }
-    fn bulk(&mut self) -> Option<Vec<u8>> {
-        let head = self.line();
-        let n: i64 = head[1..].parse().unwrap();
-        if n < 0 {
-            return None;
-        }
-        let mut v = vec![0; n as usize + 2];
-        self.r.read_exact(&mut v).unwrap();
-        v.truncate(n as usize);
-        Some(v)
-    }
-}
-
-fn info_field(c: &mut Client, section: &str, field: &str) -> u64 {
-    c.send(&[b"INFO", section.as_bytes()]);
-    let text = String::from_utf8(c.bulk().unwrap()).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("no {field} in {text}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-fn config(dir: &std::path::Path) -> ServerConfig {
-    let mut c = ServerConfig::for_dir(dir);
-    c.port = 0;
-    c.threads = 2;
-    c
-}
 
 /// Resident memory of this process (the server runs in it), in bytes.
 fn rss() -> u64 {

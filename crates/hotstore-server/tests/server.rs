@@ -1,75 +1,12 @@
 //! The server end to end over raw sockets: the cases real clients do not exercise easily
 //! (limits, malformed input, durability accounting, graceful stop).
 
-use hotstore_server::{spawn, ServerConfig};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+mod common;
+
+use common::{config, encode, info_field, Client};
+use hotstore_server::spawn;
+use std::io::{BufRead, Write};
 use std::time::Duration;
-
-use hotstore_server::resp::encode_request as encode;
-
-struct Client {
-    w: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Client {
-    fn connect(addr: std::net::SocketAddr) -> Client {
-        let w = TcpStream::connect(addr).unwrap();
-        w.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Client {
-            r: BufReader::new(w.try_clone().unwrap()),
-            w,
-        }
-    }
-    fn send(&mut self, args: &[&[u8]]) {
-        self.w.write_all(&encode(args)).unwrap();
-    }
-    fn line(&mut self) -> String {
-        let mut s = String::new();
-        self.r.read_line(&mut s).unwrap();
-        s.trim_end().to_string()
-    }
-    fn call(&mut self, args: &[&str]) -> String {
-        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-        self.send(&a);
-        self.line()
-    }
-    fn bulk(&mut self) -> Option<Vec<u8>> {
-        let head = self.line();
-        let n: i64 = head[1..].parse().unwrap();
-        if n < 0 {
-            return None;
-        }
-        let mut v = vec![0; n as usize + 2];
-        self.r.read_exact(&mut v).unwrap();
-        v.truncate(n as usize);
-        Some(v)
-    }
-    /// True if the server closed the connection.
-    fn closed(&mut self) -> bool {
-        let mut b = [0u8; 1];
-        matches!(self.r.read(&mut b), Ok(0) | Err(_))
-    }
-}
-
-fn info_field(c: &mut Client, section: &str, field: &str) -> u64 {
-    c.send(&[b"INFO", section.as_bytes()]);
-    let text = String::from_utf8(c.bulk().unwrap()).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("no {field} in {text}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-fn config(dir: &std::path::Path) -> ServerConfig {
-    let mut c = ServerConfig::for_dir(dir);
-    c.port = 0;
-    c.threads = 2;
-    c
-}
 
 #[test]
 fn persisted_writes_wait_for_a_group_commit_memory_writes_do_not() {
