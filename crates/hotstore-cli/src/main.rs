@@ -6,10 +6,12 @@
 mod acklog;
 mod bench;
 mod bench_recovery;
+mod device;
 mod dump;
 mod inspect;
 mod limits;
 mod minidaq;
+mod record;
 mod serve;
 mod stress;
 mod util;
@@ -44,9 +46,24 @@ enum Command {
     Verify(VerifyArgs),
     Dump(DumpArgs),
     Stress(StressArgs),
-    Bench(BenchArgs),
+    #[command(subcommand)]
+    Bench(BenchCommand),
     Minidaq(MinidaqArgs),
     Serve(serve::ServeArgs),
+    Record(record::RecordArgs),
+}
+
+/// Benchmarks: the engine's own throughput, and the storage device under it.
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Embedded put throughput beside this machine's own limit (see `bench put --help`).
+    Put(BenchArgs),
+    /// Embedded get throughput beside memcpy bandwidth (see `bench get --help`).
+    Get(BenchArgs),
+    /// Index rebuild at open: --key-count values of --value-size, from summaries and by scan.
+    Recovery(BenchArgs),
+    Device(device::DeviceArgs),
+    Model(device::ModelArgs),
 }
 
 /// Show what is in a store: layout, tiers and what survives a power cut, sizes, recovery.
@@ -200,9 +217,6 @@ struct StressArgs {
 /// With --repeat N, the median run (by ops/s) is reported; --json lists every run in `runs`.
 #[derive(Args)]
 struct BenchArgs {
-    /// Operation to measure.
-    #[arg(value_enum)]
-    op: bench::Op,
     /// File system to measure: the store goes in a fresh temporary directory under it.
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -418,25 +432,34 @@ fn run(cli: Cli) -> CliResult<ExitCode> {
                 return Ok(ExitCode::from(util::EXIT_DAMAGE));
             }
         }
-        Command::Bench(a) => bench::run(&bench::Config {
-            op: a.op,
-            dir: a.dir,
-            value_size: a.value_size,
-            threads: a.threads as usize,
-            durability: a.durability.into(),
-            duration: Duration::from_secs_f64(a.duration),
-            key_count: a.key_count,
-            order: a.order,
-            segment_size: a.segment_size,
-            capacity: a.capacity,
-            repeat: a.repeat as usize,
-            verify_on_read: !a.no_verify_on_read,
-            keep: a.keep,
-            preallocate: a.preallocate,
-            json: a.json,
-        })?,
+        Command::Record(a) => return record::run(a),
+        Command::Bench(BenchCommand::Device(a)) => return device::run(a),
+        Command::Bench(BenchCommand::Model(a)) => return device::run_model(a),
+        Command::Bench(BenchCommand::Put(a)) => bench_run(bench::Op::Put, a)?,
+        Command::Bench(BenchCommand::Get(a)) => bench_run(bench::Op::Get, a)?,
+        Command::Bench(BenchCommand::Recovery(a)) => bench_run(bench::Op::Recovery, a)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn bench_run(op: bench::Op, a: BenchArgs) -> CliResult<()> {
+    bench::run(&bench::Config {
+        op,
+        dir: a.dir,
+        value_size: a.value_size,
+        threads: a.threads as usize,
+        durability: a.durability.into(),
+        duration: Duration::from_secs_f64(a.duration),
+        key_count: a.key_count,
+        order: a.order,
+        segment_size: a.segment_size,
+        capacity: a.capacity,
+        repeat: a.repeat as usize,
+        verify_on_read: !a.no_verify_on_read,
+        keep: a.keep,
+        preallocate: a.preallocate,
+        json: a.json,
+    })
 }
 
 fn main() -> ExitCode {
