@@ -29,6 +29,32 @@ pub struct FaultConfig {
     pub fail_write_file_from: AtomicU64,
     /// `write_file` calls made so far.
     pub write_file_calls: AtomicU64,
+    /// Bulk writes (`Region::write`) are paced to this many bytes per second across the whole
+    /// medium, as a slow device would take them; 0 means unlimited.
+    pub write_bytes_per_sec: AtomicU64,
+    /// When the paced device is next free.
+    write_clock: Mutex<Option<std::time::Instant>>,
+}
+
+impl FaultConfig {
+    /// Waits as long as a device writing `write_bytes_per_sec` would take for `len` more bytes.
+    fn pace(&self, len: usize) {
+        let rate = self.write_bytes_per_sec.load(Ordering::Relaxed);
+        if rate == 0 {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let done = {
+            let mut clock = self.write_clock.lock();
+            let start = clock.filter(|t| *t > now).unwrap_or(now);
+            let done = start + std::time::Duration::from_secs_f64(len as f64 / rate as f64);
+            *clock = Some(done);
+            done
+        };
+        if let Some(wait) = done.checked_duration_since(now) {
+            std::thread::sleep(wait);
+        }
+    }
 }
 
 struct MemRegion {
@@ -98,6 +124,7 @@ impl Region for MemRegion {
     }
     unsafe fn write(&self, offset: usize, bytes: &[u8], _bulk: bool) -> Result<()> {
         assert!(offset + bytes.len() <= self.len, "write past the end");
+        self.faults.pace(bytes.len());
         // Under the image lock, so a snapshot sees all of this write or none of it (as a
         // kill -9 practically always does for a 64-byte header; a snapshot taken in the middle
         // of a header write made recovery see a torn header no real crash leaves).

@@ -1,0 +1,69 @@
+//! The recorder's typed errors.
+
+use std::path::PathBuf;
+
+/// What went wrong in the recorder.
+#[derive(Debug, thiserror::Error)]
+pub enum RecorderError {
+    /// The store refused a write or a read.
+    #[error(transparent)]
+    Store(#[from] hotstore::Error),
+    /// A file operation on a manifest or an export failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// The operation.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A socket operation failed.
+    #[error("{what} {addr}: {source}")]
+    Net {
+        /// The operation.
+        what: &'static str,
+        /// The address.
+        addr: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A configuration value is out of range.
+    #[error("invalid recorder setting {name}: {reason}")]
+    Config {
+        /// The setting.
+        name: &'static str,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+    /// A pushed frame does not fit the recorder.
+    #[error("frame for link {link}: {reason}")]
+    BadFrame {
+        /// The link.
+        link: u16,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No manifest for that recording.
+    #[error("no recording {id} in {}: `hotstore record verify {}` lists the recordings", dir.display(), dir.display())]
+    NoRecording {
+        /// The id asked for.
+        id: u32,
+        /// The store directory.
+        dir: PathBuf,
+    },
+    /// A manifest does not parse.
+    #[error("manifest {}: {reason}", path.display())]
+    BadManifest {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The recorder has stopped (a writer failed or it was shut down).
+    #[error("the recorder has stopped: {0}")]
+    Stopped(String),
+}
+
+/// Result of recorder operations.
+pub type Result<T> = std::result::Result<T, RecorderError>;

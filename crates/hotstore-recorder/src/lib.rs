@@ -1,0 +1,24 @@
+//! hotstore-recorder: trigger-driven recording of continuous streams into a hotstore store,
+//! as DUNE's supernova buffer does (design brief section 6).
+//!
+//! Readout pushes fixed-size frames per link into DRAM rings ([`Recorder::push`] or a built-in
+//! [`source`]); a trigger ([`RecorderHandle::trigger`]) records `[T - pre, T + post)` of every
+//! link into the store as ordinary events (one event per time slice, one fragment per link per
+//! slice; see [`slice`]), durably, with a manifest per recording ([`manifest`]).
+//! [`verify`] proves a recording has no gap and no corrupt frame; [`export`] writes it out.
+
+pub mod error;
+pub mod frame;
+pub mod manifest;
+pub mod readback;
+pub mod recorder;
+pub mod ring;
+pub mod slice;
+pub mod source;
+
+pub use error::{RecorderError, Result};
+pub use manifest::{Manifest, RecordingState};
+pub use readback::{export, verify, VerifyReport};
+pub use recorder::{
+    now_ns, Recorder, RecorderConfig, RecorderHandle, RecorderReport, Sample, TriggerOutcome,
+};

@@ -1,0 +1,183 @@
+//! The recording manifest: what a recording is and how far it got, one JSON file per recording
+//! in `<store>/recordings/rec-NNNNNN.json`, replaced atomically and durably (write a temporary
+//! file, fsync it, rename it over the old one, fsync the directory) after every commit of the
+//! recording's data. After a crash the manifest therefore names a point up to which every slice
+//! is durable; the store may hold more (written after the last commit), never less.
+
+use crate::error::{RecorderError, Result};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Directory of the manifests, inside the store directory.
+pub const RECORDINGS_DIR: &str = "recordings";
+/// Manifest format version.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// Where a recording is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordingState {
+    /// Being written (after a crash: it stopped where `slices_durable` says).
+    Recording,
+    /// Every frame of its window that reached the recorder is stored and durable.
+    Complete,
+    /// The recorder stopped before the window's end (input ended or shutdown); what is listed
+    /// is stored and durable.
+    Truncated,
+}
+
+/// One link's part of a recording.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkManifest {
+    /// Link id.
+    pub link: u16,
+    /// Frames stored and durable.
+    pub frames_recorded: u64,
+    /// Frames of this recording's window refused because the DRAM bound was reached.
+    pub frames_dropped: u64,
+    /// Slices of this link stored and durable (slices 0..n).
+    pub slices_durable: u64,
+    /// Timestamp of the first stored frame.
+    pub first_ts_ns: Option<u64>,
+    /// Timestamp of the last stored frame.
+    pub last_ts_ns: Option<u64>,
+}
+
+/// A recording's manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Format version.
+    pub version: u32,
+    /// Recording id; also the `run` field of its slice keys.
+    pub recording_id: u32,
+    /// State.
+    pub state: RecordingState,
+    /// True if any frame of the window was dropped (DRAM bound reached).
+    pub lossy: bool,
+    /// Trigger times (ns since the Unix epoch); more than one if triggers extended it.
+    pub triggers_ns: Vec<u64>,
+    /// Pre-trigger window, ns.
+    pub pre_ns: u64,
+    /// Post-trigger window, ns.
+    pub post_ns: u64,
+    /// Window start: the first trigger minus `pre_ns` (slice 0 starts here).
+    pub start_ns: u64,
+    /// Window end (exclusive): the last trigger plus `post_ns`.
+    pub end_ns: u64,
+    /// Slice length, ns: slice `i` holds frames stamped in
+    /// `[start_ns + i * slice_ns, start_ns + (i + 1) * slice_ns)`.
+    pub slice_ns: u64,
+    /// Bytes per frame.
+    pub frame_len: u32,
+    /// Durability of the stored slices ("persisted" or "memory").
+    pub durability: String,
+    /// Slices durable on every link (the event-level progress).
+    pub slices_durable: u64,
+    /// Per-link progress.
+    pub links: Vec<LinkManifest>,
+    /// When the manifest was created (ns since the Unix epoch).
+    pub created_unix_ns: u64,
+    /// When it was last replaced.
+    pub updated_unix_ns: u64,
+}
+
+impl Manifest {
+    /// Total frames stored.
+    pub fn frames_recorded(&self) -> u64 {
+        self.links.iter().map(|l| l.frames_recorded).sum()
+    }
+
+    /// Total frames dropped.
+    pub fn frames_dropped(&self) -> u64 {
+        self.links.iter().map(|l| l.frames_dropped).sum()
+    }
+}
+
+/// The manifests directory of a store.
+pub fn dir_of(store_dir: &Path) -> PathBuf {
+    store_dir.join(RECORDINGS_DIR)
+}
+
+/// Path of recording `id`'s manifest.
+pub fn path_of(store_dir: &Path, id: u32) -> PathBuf {
+    dir_of(store_dir).join(format!("rec-{id:06}.json"))
+}
+
+/// Writes `m` atomically and durably.
+pub fn write(store_dir: &Path, m: &Manifest) -> Result<()> {
+    let dir = dir_of(store_dir);
+    let io = |what: &'static str, p: &Path| {
+        let p = p.to_path_buf();
+        move |e| RecorderError::Io {
+            what,
+            path: p,
+            source: e,
+        }
+    };
+    fs::create_dir_all(&dir).map_err(io("create", &dir))?;
+    let path = path_of(store_dir, m.recording_id);
+    let tmp = path.with_extension("json.tmp");
+    let body = serde_json::to_vec_pretty(m).expect("a manifest serialises");
+    let mut f = fs::File::create(&tmp).map_err(io("create", &tmp))?;
+    f.write_all(&body).map_err(io("write", &tmp))?;
+    f.sync_all().map_err(io("fsync", &tmp))?;
+    drop(f);
+    fs::rename(&tmp, &path).map_err(io("rename", &path))?;
+    fs::File::open(&dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsync", &dir))?;
+    Ok(())
+}
+
+/// Reads recording `id`'s manifest.
+pub fn read(store_dir: &Path, id: u32) -> Result<Manifest> {
+    let path = path_of(store_dir, id);
+    let body = fs::read(&path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            RecorderError::NoRecording {
+                id,
+                dir: store_dir.to_path_buf(),
+            }
+        } else {
+            RecorderError::Io {
+                what: "read",
+                path: path.clone(),
+                source: e,
+            }
+        }
+    })?;
+    serde_json::from_slice(&body).map_err(|e| RecorderError::BadManifest {
+        path,
+        reason: e.to_string(),
+    })
+}
+
+/// Ids of every recording with a manifest, ascending.
+pub fn list(store_dir: &Path) -> Result<Vec<u32>> {
+    let dir = dir_of(store_dir);
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(RecorderError::Io {
+                what: "list",
+                path: dir,
+                source: e,
+            })
+        }
+    };
+    let mut ids: Vec<u32> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_prefix("rec-")?
+                .strip_suffix(".json")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
