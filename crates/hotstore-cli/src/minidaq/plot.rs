@@ -107,7 +107,7 @@ impl<E: Error + Send + Sync> From<DrawingAreaErrorKind<E>> for PlotError {
 
 /// Loads and registers the font once per process; later calls return the
 /// cached outcome.
-fn ensure_font() -> Result<(), PlotError> {
+pub(crate) fn ensure_font() -> Result<(), PlotError> {
     static FONT: OnceLock<Result<(), PlotError>> = OnceLock::new();
     FONT.get_or_init(load_font).clone()
 }
@@ -144,7 +144,10 @@ fn register(path: &Path, bytes: Vec<u8>, style: FontStyle) -> Result<(), PlotErr
 }
 
 /// Encodes and writes the image (the bitmap backend only touches the file here).
-fn write_png(root: &DrawingArea<BitMapBackend<'_>, Shift>, path: &Path) -> Result<(), PlotError> {
+pub(crate) fn write_png(
+    root: &DrawingArea<BitMapBackend<'_>, Shift>,
+    path: &Path,
+) -> Result<(), PlotError> {
     root.present()
         .map_err(|e| PlotError::Drawing(format!("cannot write {}: {e}", path.display())))
 }

@@ -1,0 +1,150 @@
+//! `record --plot`: input rate, output rate and DRAM backlog over time, with the backlog model
+//! (input - output) x time from each trigger and the configured bound (DUNE Fig. 6).
+
+use crate::minidaq::plot::{ensure_font, write_png, PlotError};
+use hotstore_recorder::Sample;
+use plotters::prelude::*;
+use std::path::Path;
+
+const FONT: &str = "sans-serif";
+const IN_COLOR: RGBColor = RGBColor(31, 119, 180);
+const OUT_COLOR: RGBColor = RGBColor(255, 127, 14);
+const BACKLOG_COLOR: RGBColor = RGBColor(44, 160, 44);
+const MODEL_COLOR: RGBColor = RGBColor(127, 127, 127);
+const BOUND_COLOR: RGBColor = RGBColor(214, 39, 40);
+
+/// Rates in MB/s between consecutive samples, smoothed over `bin` samples.
+fn rates(samples: &[Sample], bin: usize, f: impl Fn(&Sample) -> u64) -> Vec<(f64, f64)> {
+    samples
+        .windows(bin + 1)
+        .step_by(bin)
+        .map(|w| {
+            let (a, b) = (&w[0], &w[bin]);
+            let dt = (b.t_secs - a.t_secs).max(1e-9);
+            (b.t_secs, (f(b) - f(a)) as f64 / dt / 1e6)
+        })
+        .collect()
+}
+
+/// Draws the chart.
+pub fn plot(
+    path: &Path,
+    samples: &[Sample],
+    triggers: &[f64],
+    output_rate: f64,
+    input_rate: f64,
+    bound: u64,
+) -> Result<(), PlotError> {
+    if samples.len() < 3 {
+        return Err(PlotError::NoData("fewer than 3 samples".into()));
+    }
+    ensure_font()?;
+    let root = BitMapBackend::new(path, (1100, 800)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (top, bottom) = root.split_vertically(400);
+    let t_max = samples.last().map_or(1.0, |s| s.t_secs).max(0.1);
+    let bin = 4;
+    let input = rates(samples, bin, |s| s.bytes_in);
+    let output = rates(samples, bin, |s| s.bytes_out);
+    let y_max = input.iter().chain(&output).map(|p| p.1).fold(1.0, f64::max) * 1.15;
+    let mut chart = ChartBuilder::on(&top)
+        .caption("recorder: input and output rate", (FONT, 20))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..t_max, 0.0..y_max)?;
+    chart
+        .configure_mesh()
+        .x_desc("time [s]")
+        .y_desc("MB/s")
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .draw()?;
+    chart
+        .draw_series(LineSeries::new(input, IN_COLOR.stroke_width(2)))?
+        .label("input")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 25, y)], IN_COLOR.stroke_width(2)));
+    chart
+        .draw_series(LineSeries::new(output, OUT_COLOR.stroke_width(2)))?
+        .label("stored")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 25, y)], OUT_COLOR.stroke_width(2)));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.5))
+        .label_font((FONT, 14))
+        .draw()?;
+
+    let mb = |b: f64| b / 1e6;
+    let peak = samples.iter().map(|s| s.backlog_bytes).max().unwrap_or(0) as f64;
+    let y_max = mb(peak.max(bound as f64 * 0.2)).max(mb(bound as f64).min(mb(peak) * 2.0)) * 1.15;
+    let mut chart = ChartBuilder::on(&bottom)
+        .caption(
+            "DRAM backlog: measured, model (input - output) x t, bound",
+            (FONT, 20),
+        )
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..t_max, 0.0..y_max.max(1.0))?;
+    chart
+        .configure_mesh()
+        .x_desc("time [s]")
+        .y_desc("MB")
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .draw()?;
+    chart
+        .draw_series(LineSeries::new(
+            samples
+                .iter()
+                .map(|s| (s.t_secs, mb(s.backlog_bytes as f64))),
+            BACKLOG_COLOR.stroke_width(2),
+        ))?
+        .label("backlog")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 25, y)], BACKLOG_COLOR.stroke_width(2)));
+    // The model from each trigger: the pre-trigger window is backlog at once, then it grows
+    // at input - output until it reaches the bound.
+    let growth = input_rate - output_rate;
+    if let Some(&t0) = triggers.first() {
+        let pre_bytes = samples
+            .iter()
+            .find(|s| s.t_secs >= t0)
+            .map_or(0.0, |s| s.backlog_bytes as f64);
+        let pts: Vec<(f64, f64)> = (0..=100)
+            .map(|i| {
+                let t = t0 + (t_max - t0) * i as f64 / 100.0;
+                let b = (pre_bytes + growth * (t - t0)).clamp(0.0, bound as f64);
+                (t, mb(b))
+            })
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts, MODEL_COLOR.stroke_width(1)))?
+            .label("model")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 25, y)], MODEL_COLOR.stroke_width(1)));
+    }
+    if mb(bound as f64) <= y_max {
+        chart
+            .draw_series(LineSeries::new(
+                [(0.0, mb(bound as f64)), (t_max, mb(bound as f64))],
+                BOUND_COLOR.stroke_width(1),
+            ))?
+            .label("DRAM bound")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 25, y)], BOUND_COLOR.stroke_width(1)));
+    }
+    for &t in triggers {
+        chart.draw_series(LineSeries::new(
+            [(t, 0.0), (t, y_max)],
+            BLACK.mix(0.4).stroke_width(1),
+        ))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.5))
+        .label_font((FONT, 14))
+        .draw()?;
+    write_png(&root, path)
+}

@@ -1,0 +1,388 @@
+//! A recording run: open the store, measure the device, start the recorder and its source,
+//! fire the triggers, report progress, and print the summary (text or JSON) and the plot.
+
+use super::RunArgs;
+use crate::limits;
+use crate::util::{fail, human_bytes, CliError, CliResult};
+use hotstore::{Store, TierSpec};
+use hotstore_recorder::source::{
+    bind_udp, parse_udp_list, run_generator, run_udp, GeneratorConfig,
+};
+use hotstore_recorder::{frame, Recorder, RecorderConfig, RecorderReport, RecordingState};
+use serde_json::json;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Set by SIGUSR1: trigger now.
+static USR1: AtomicBool = AtomicBool::new(false);
+/// Set by SIGINT or SIGTERM: stop.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_usr1(_: libc::c_int) {
+    USR1.store(true, Ordering::SeqCst);
+}
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_signals() {
+    // Safety: the handlers only store to atomics (async-signal-safe).
+    unsafe {
+        libc::signal(libc::SIGUSR1, on_usr1 as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_stop as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_stop as *const () as libc::sighandler_t);
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> CliError {
+    CliError::Msg(e.to_string())
+}
+
+/// Runs a recording (see `RecordArgs`).
+pub fn record(a: RunArgs) -> CliResult<ExitCode> {
+    let dir = a.store.clone().expect("clap requires --store");
+    let frame_len = a.frame_size as usize;
+    let udp = match a.source.as_str() {
+        "gen" => None,
+        s => Some(parse_udp_list(s).or_else(fail)?),
+    };
+    if let Some(addrs) = &udp {
+        if addrs.len() != a.links as usize {
+            return fail(format!(
+                "--source gives {} UDP addresses but --links is {}: one address per link",
+                addrs.len(),
+                a.links
+            ));
+        }
+    }
+    if udp.is_none() && !(frame::MIN_FRAME_LEN..=frame::MAX_FRAME_LEN).contains(&frame_len) {
+        return fail(format!(
+            "--frame-size {frame_len}: generator frames are {} to {} bytes",
+            frame::MIN_FRAME_LEN,
+            frame::MAX_FRAME_LEN
+        ));
+    }
+    let links = a.links as u64;
+    let pre_window = (a.pre * a.rate_per_link).ceil() as u64;
+    let bound = a
+        .dram_bound
+        .unwrap_or_else(|| (2 * pre_window * links).max(64 << 20));
+    let ring_per_link = bound / links;
+    if ring_per_link < pre_window + frame_len as u64 * 16 {
+        return fail(format!(
+            "--dram-bound {} gives each link {} of ring, less than its pre-trigger window ({} at {}/s for {} s): raise --dram-bound or lower --pre",
+            human_bytes(bound as f64),
+            human_bytes(ring_per_link as f64),
+            human_bytes(pre_window as f64),
+            human_bytes(a.rate_per_link),
+            a.pre
+        ));
+    }
+    let mut triggers = a.trigger_at.clone();
+    if triggers.is_empty() && !a.no_trigger {
+        triggers.push(a.pre + 0.2);
+    }
+    triggers.sort_by(f64::total_cmp);
+
+    std::fs::create_dir_all(&dir).map_err(|e| err(format!("create {}: {e}", dir.display())))?;
+    let limit = (!a.no_limit).then(|| {
+        eprintln!(
+            "measuring the device's sequential write bandwidth under {} ...",
+            dir.display()
+        );
+        limits::write_limit_for(&dir, a.writers as usize, Duration::from_millis(300))
+    });
+    let mut builder = Store::builder(&dir);
+    if let Some(c) = a.capacity {
+        builder = builder
+            .tier(TierSpec::new(".").capacity_bytes(c))
+            .preallocate_bytes(if a.preallocate { c } else { 0 });
+    }
+    let store = Arc::new(builder.open()?);
+    for t in store.stats().tiers.iter().filter(|t| !t.survives_power_cut) {
+        eprintln!(
+            "hotstore record: note: tier {} is {} ({}): recordings there do not survive a power cut",
+            t.path.display(),
+            t.domain,
+            "memory-backed"
+        );
+    }
+
+    let mut cfg = RecorderConfig::new(a.links, frame_len);
+    cfg.pre = Duration::from_secs_f64(a.pre);
+    cfg.post = Duration::from_secs_f64(a.post);
+    cfg.ring_bytes_per_link = ring_per_link;
+    cfg.slice = Duration::from_secs_f64(a.slice);
+    cfg.writers = a.writers as usize;
+    cfg.durability = a.durability.into();
+    eprintln!(
+        "allocating {} of rings ({} links x {}) ...",
+        human_bytes(bound as f64),
+        a.links,
+        human_bytes(ring_per_link as f64)
+    );
+    let recorder = Recorder::start(store.clone(), cfg).map_err(err)?;
+    install_signals();
+
+    let source_stop = Arc::new(AtomicBool::new(false));
+    let handle = recorder.handle();
+    let src = {
+        let stop = source_stop.clone();
+        let h = handle.clone();
+        let rate = a.rate_per_link;
+        let sockets = match &udp {
+            Some(addrs) => Some(bind_udp(addrs).map_err(err)?),
+            None => None,
+        };
+        if let Some(addrs) = &udp {
+            eprintln!(
+                "receiving on {}",
+                addrs
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+        }
+        std::thread::Builder::new()
+            .name("rec-source".into())
+            .spawn(move || -> Result<String, String> {
+                match sockets {
+                    Some(s) => run_udp(&h, &s, &stop)
+                        .map(|st| {
+                            format!(
+                                "udp: {} datagrams, {} of the wrong size",
+                                st.datagrams, st.wrong_size
+                            )
+                        })
+                        .map_err(|e| e.to_string()),
+                    None => run_generator(
+                        &h,
+                        &GeneratorConfig {
+                            links: h.config().links,
+                            frame_len: h.config().frame_len,
+                            rate_per_link: rate,
+                            duration: None,
+                        },
+                        &stop,
+                    )
+                    .map(|st| {
+                        format!(
+                            "generator: {} frames per link, largest lag behind schedule {:.1} ms",
+                            st.frames,
+                            st.max_lag_secs * 1e3
+                        )
+                    })
+                    .map_err(|e| e.to_string()),
+                }
+            })
+            .map_err(|e| err(format!("spawn source: {e}")))?
+    };
+
+    let t0 = Instant::now();
+    let mut next_trigger = 0;
+    let mut last_progress = Instant::now();
+    let mut last_sample = handle.sample_now();
+    let mut warned_drops = 0u64;
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let elapsed = t0.elapsed().as_secs_f64();
+        while next_trigger < triggers.len() && elapsed >= triggers[next_trigger] {
+            let t = handle.trigger().map_err(err)?;
+            eprintln!(
+                "trigger at {elapsed:.2} s: recording {} {}",
+                t.recording_id,
+                if t.extended { "extended" } else { "started" }
+            );
+            next_trigger += 1;
+        }
+        if USR1.swap(false, Ordering::SeqCst) {
+            let t = handle.trigger().map_err(err)?;
+            eprintln!(
+                "SIGUSR1 trigger at {elapsed:.2} s: recording {} {}",
+                t.recording_id,
+                if t.extended { "extended" } else { "started" }
+            );
+        }
+        if let Some(f) = handle.failure() {
+            eprintln!("hotstore record: the recorder failed: {f}");
+            break;
+        }
+        if last_progress.elapsed() >= Duration::from_secs(1) {
+            let s = handle.sample_now();
+            let dt = (s.t_secs - last_sample.t_secs).max(1e-9);
+            if s.frames_dropped > warned_drops {
+                eprintln!(
+                    "hotstore record: WARNING: DROPPING FRAMES: the DRAM bound is reached; {} frames dropped so far (per link: {:?})",
+                    s.frames_dropped,
+                    handle.dropped_per_link()
+                );
+                warned_drops = s.frames_dropped;
+            }
+            eprintln!(
+                "{:6.1} s  in {}/s  out {}/s  backlog {}  dropped {}  recordings {}",
+                elapsed,
+                human_bytes((s.bytes_in - last_sample.bytes_in) as f64 / dt),
+                human_bytes((s.bytes_out - last_sample.bytes_out) as f64 / dt),
+                human_bytes(s.backlog_bytes as f64),
+                s.frames_dropped,
+                handle.recording_ids().len()
+            );
+            last_sample = s;
+            last_progress = Instant::now();
+        }
+        let triggers_done = next_trigger >= triggers.len() && !a.no_trigger;
+        if triggers_done && handle.all_recordings_finished() {
+            break;
+        }
+        if a.duration.is_some_and(|d| elapsed >= d) || STOP.load(Ordering::SeqCst) {
+            break;
+        }
+    }
+    source_stop.store(true, Ordering::SeqCst);
+    let source_line = src
+        .join()
+        .map_err(|_| err("the source thread panicked"))?
+        .map_err(err)?;
+    let report = recorder.finish().map_err(err)?;
+    drop(store);
+    summarize(&a, &report, limit.as_ref(), bound, &source_line)
+}
+
+struct Totals {
+    frames_in: u64,
+    frames_recorded: u64,
+    frames_dropped: u64,
+    bytes_written: u64,
+    write_secs: f64,
+    backlog_peak: u64,
+    input_rate: f64,
+}
+
+fn totals(r: &RecorderReport) -> Totals {
+    let frames_recorded: u64 = r.recordings.iter().map(|m| m.frames_recorded()).sum();
+    let frames_dropped: u64 = r.recordings.iter().map(|m| m.frames_dropped()).sum();
+    let bytes_written = r.write_windows.iter().map(|w| w.1).sum();
+    let write_secs = r.write_windows.iter().map(|w| w.2).sum();
+    let backlog_peak = r.samples.iter().map(|s| s.backlog_bytes).max().unwrap_or(0);
+    // Input rate over the whole run (the sources run steadily).
+    let input_rate = match (r.samples.first(), r.samples.last()) {
+        (Some(a), Some(b)) if b.t_secs > a.t_secs => {
+            (b.bytes_in - a.bytes_in) as f64 / (b.t_secs - a.t_secs)
+        }
+        _ => 0.0,
+    };
+    Totals {
+        frames_in: frames_recorded + frames_dropped,
+        frames_recorded,
+        frames_dropped,
+        bytes_written,
+        write_secs,
+        backlog_peak,
+        input_rate,
+    }
+}
+
+fn summarize(
+    a: &RunArgs,
+    r: &RecorderReport,
+    limit: Option<&limits::Limit>,
+    bound: u64,
+    source_line: &str,
+) -> CliResult<ExitCode> {
+    let t = totals(r);
+    let write_rate = t.bytes_written as f64 / t.write_secs.max(1e-9);
+    // DUNE Fig. 6: the pre-trigger window is backlog at the trigger, then the backlog grows at
+    // (input - output) for the post-trigger window.
+    let pre_bytes = t.input_rate * a.pre;
+    let model = pre_bytes + (t.input_rate - write_rate).max(0.0) * a.post;
+    let ratio = limit.map(|l| write_rate / l.bytes_per_sec);
+    if let Some(path) = &a.plot {
+        let triggers: Vec<f64> = r
+            .recordings
+            .iter()
+            .flat_map(|m| m.triggers_ns.iter())
+            .map(|&ns| ns.saturating_sub(r.started_unix_ns) as f64 / 1e9)
+            .collect();
+        super::plot::plot(path, &r.samples, &triggers, write_rate, t.input_rate, bound)
+            .map_err(|e| err(format!("plot {}: {e}", path.display())))?;
+    }
+    let all_complete = !r.recordings.is_empty()
+        && r.recordings
+            .iter()
+            .all(|m| m.state == RecordingState::Complete && !m.lossy);
+    if a.json {
+        let v = json!({
+            "recording_id": r.recordings.first().map(|m| m.recording_id),
+            "recordings": r.recordings,
+            "frames_in": t.frames_in,
+            "frames_recorded": t.frames_recorded,
+            "frames_dropped": t.frames_dropped,
+            "frames_dropped_total": r.frames_dropped,
+            "frames_offered_total": r.frames_offered,
+            "bytes_written": t.bytes_written,
+            "write_secs": t.write_secs,
+            "write_bytes_per_sec": write_rate,
+            "input_bytes_per_sec": t.input_rate,
+            "backlog_peak_bytes": t.backlog_peak,
+            "backlog_model_bytes": model,
+            "dram_bound_bytes": bound,
+            "limit_name": limit.map(|l| l.name.clone()),
+            "limit_bytes_per_sec": limit.map(|l| l.bytes_per_sec),
+            "ratio": ratio,
+            "complete": all_complete,
+            "source": source_line,
+            "links": a.links,
+            "frame_size": a.frame_size,
+            "store": a.store,
+        });
+        println!("{v}");
+    } else {
+        println!("{source_line}");
+        for m in &r.recordings {
+            println!(
+                "recording {}: {:?}{}, {} triggers, {:.2} s window, {} slices, {} frames stored, {} dropped",
+                m.recording_id,
+                m.state,
+                if m.lossy { " (LOSSY)" } else { "" },
+                m.triggers_ns.len(),
+                (m.end_ns - m.start_ns) as f64 / 1e9,
+                m.slices_durable,
+                m.frames_recorded(),
+                m.frames_dropped()
+            );
+        }
+        println!(
+            "written: {} in {:.2} s = {}/s (input {}/s)",
+            human_bytes(t.bytes_written as f64),
+            t.write_secs,
+            human_bytes(write_rate),
+            human_bytes(t.input_rate)
+        );
+        println!(
+            "backlog: peak {} (model {}; bound {})",
+            human_bytes(t.backlog_peak as f64),
+            human_bytes(model),
+            human_bytes(bound as f64)
+        );
+        if let (Some(l), Some(ratio)) = (limit, ratio) {
+            println!("limit:   {}: {}/s", l.name, human_bytes(l.bytes_per_sec));
+            println!("ratio:   {ratio:.3} of the limit");
+        }
+        println!(
+            "verify:  hotstore record verify {}",
+            a.store
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        );
+    }
+    Ok(if all_complete {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(crate::util::EXIT_DAMAGE)
+    })
+}
