@@ -260,6 +260,9 @@ struct Totals {
     write_secs: f64,
     backlog_peak: u64,
     input_rate: f64,
+    /// Frame bytes stored per second while the writers had a backlog (never waiting for
+    /// input): the sustained recording bandwidth the device allows.
+    busy_rate: Option<f64>,
 }
 
 fn totals(r: &RecorderReport) -> Totals {
@@ -275,7 +278,16 @@ fn totals(r: &RecorderReport) -> Totals {
         }
         _ => 0.0,
     };
+    // Sample intervals where a backlog existed at both ends: the writers were busy throughout.
+    let (mut busy_bytes, mut busy_secs) = (0u64, 0f64);
+    for w in r.samples.windows(2) {
+        if w[0].backlog_bytes > 0 && w[1].backlog_bytes > 0 {
+            busy_bytes += w[1].bytes_out - w[0].bytes_out;
+            busy_secs += w[1].t_secs - w[0].t_secs;
+        }
+    }
     Totals {
+        busy_rate: (busy_secs >= 0.2).then(|| busy_bytes as f64 / busy_secs),
         frames_in: frames_recorded + frames_dropped,
         frames_recorded,
         frames_dropped,
@@ -294,7 +306,10 @@ fn summarize(
     source_line: &str,
 ) -> CliResult<ExitCode> {
     let t = totals(r);
-    let write_rate = t.bytes_written as f64 / t.write_secs.max(1e-9);
+    let mean_write_rate = t.bytes_written as f64 / t.write_secs.max(1e-9);
+    // The sustained rate if the writers were ever busy long enough to measure it; otherwise
+    // they kept up with the input and the mean is what the input allowed.
+    let write_rate = t.busy_rate.unwrap_or(mean_write_rate);
     // DUNE Fig. 6: the pre-trigger window is backlog at the trigger, then the backlog grows at
     // (input - output) for the post-trigger window.
     let pre_bytes = t.input_rate * a.pre;
@@ -326,6 +341,8 @@ fn summarize(
             "bytes_written": t.bytes_written,
             "write_secs": t.write_secs,
             "write_bytes_per_sec": write_rate,
+            "write_bytes_per_sec_is_sustained": t.busy_rate.is_some(),
+            "mean_write_bytes_per_sec": mean_write_rate,
             "input_bytes_per_sec": t.input_rate,
             "backlog_peak_bytes": t.backlog_peak,
             "backlog_model_bytes": model,
@@ -356,12 +373,19 @@ fn summarize(
             );
         }
         println!(
-            "written: {} in {:.2} s = {}/s (input {}/s)",
+            "written: {} in {:.2} s = {}/s mean (input {}/s)",
             human_bytes(t.bytes_written as f64),
             t.write_secs,
-            human_bytes(write_rate),
+            human_bytes(mean_write_rate),
             human_bytes(t.input_rate)
         );
+        match t.busy_rate {
+            Some(b) => println!(
+                "sustained: {}/s of frames while the writers had a backlog",
+                human_bytes(b)
+            ),
+            None => println!("sustained: the writers kept up with the input (no backlog)"),
+        }
         println!(
             "backlog: peak {} (model {}; bound {})",
             human_bytes(t.backlog_peak as f64),

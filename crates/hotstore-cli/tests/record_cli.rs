@@ -1,0 +1,271 @@
+//! `hotstore record` end to end through the binary: generator -> record -> verify -> export,
+//! the UDP path on loopback with `record send`, and SIGKILL in the middle of a recording.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_hotstore");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run hotstore")
+}
+
+fn json_of(o: &Output) -> Value {
+    let s = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+fn verify_json(dir: &Path) -> (i32, Value) {
+    let o = run(&["record", "verify", dir.to_str().unwrap(), "--json"]);
+    (o.status.code().unwrap(), json_of(&o))
+}
+
+#[test]
+fn generator_record_verify_and_export() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let plot = tmp.path().join("rec.png");
+    let o = run(&[
+        "record",
+        "--store",
+        store.to_str().unwrap(),
+        "--links",
+        "3",
+        "--rate-per-link",
+        "5MB/s",
+        "--pre",
+        "0.3",
+        "--post",
+        "0.5",
+        "--no-limit",
+        "--json",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j = json_of(&o);
+    for field in [
+        "recording_id",
+        "frames_in",
+        "frames_recorded",
+        "frames_dropped",
+        "bytes_written",
+        "write_bytes_per_sec",
+        "backlog_peak_bytes",
+        "backlog_model_bytes",
+        "limit_bytes_per_sec",
+        "ratio",
+    ] {
+        assert!(j.get(field).is_some(), "summary lacks {field}: {j}");
+    }
+    assert_eq!(j["frames_dropped"], 0);
+    let recorded = j["frames_recorded"].as_u64().unwrap();
+    // 0.8 s x 3 links at 5 MB/s of 5568-byte frames: about 2155 frames.
+    assert!((2000..2300).contains(&recorded), "{recorded} frames");
+    assert!(std::fs::metadata(&plot).unwrap().len() > 10_000);
+
+    let (code, v) = verify_json(&store);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v[0]["complete"], true);
+
+    let out = tmp.path().join("export");
+    let o = run(&[
+        "record",
+        "export",
+        store.to_str().unwrap(),
+        "--recording",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut total = 0;
+    for link in 0..3 {
+        let bytes = std::fs::read(out.join(format!("link-{link:04}.bin"))).unwrap();
+        assert_eq!(bytes.len() % 5568, 0);
+        // Frames in time order with consecutive sequence numbers.
+        let seqs: Vec<u64> = bytes
+            .chunks(5568)
+            .map(|f| u64::from_le_bytes(f[8..16].try_into().unwrap()))
+            .collect();
+        assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1));
+        total += seqs.len() as u64;
+    }
+    assert_eq!(total, recorded);
+}
+
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn udp_frames_from_record_send_are_recorded_without_gap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let addrs = format!(
+        "udp://127.0.0.1:{},127.0.0.1:{}",
+        free_udp_port(),
+        free_udp_port()
+    );
+    let rec = Command::new(BIN)
+        .args([
+            "record",
+            "--store",
+            store.to_str().unwrap(),
+            "--links",
+            "2",
+            "--frame-size",
+            "1400",
+            "--rate-per-link",
+            "2MB/s",
+            "--source",
+            &addrs,
+            "--pre",
+            "0.3",
+            "--post",
+            "0.6",
+            "--trigger-at",
+            "1.2",
+            "--no-limit",
+            "--json",
+            "--duration",
+            "20",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let s = run(&[
+        "record",
+        "send",
+        "--to",
+        &addrs,
+        "--frame-size",
+        "1400",
+        "--rate-per-link",
+        "2MB/s",
+        "--duration",
+        "2.6",
+    ]);
+    assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    let o = rec.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j = json_of(&o);
+    // 0.9 s x 2 links at 2 MB/s of 1400-byte frames: about 2571 frames.
+    let recorded = j["frames_recorded"].as_u64().unwrap();
+    assert!((2300..2800).contains(&recorded), "{recorded} frames: {j}");
+    let (code, v) = verify_json(&store);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(
+        v[0]["links"][0]["checked_frames"],
+        v[0]["links"][0]["frames"]
+    );
+}
+
+#[test]
+fn after_sigkill_mid_recording_every_link_holds_an_intact_prefix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let mut rec = Command::new(BIN)
+        .args([
+            "record",
+            "--store",
+            store.to_str().unwrap(),
+            "--links",
+            "4",
+            "--rate-per-link",
+            "20MB/s",
+            "--pre",
+            "0.3",
+            "--post",
+            "30",
+            "--trigger-at",
+            "0.5",
+            "--no-limit",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    rec.kill().unwrap();
+    rec.wait().unwrap();
+    let (code, v) = verify_json(&store);
+    assert_eq!(code, 1, "an interrupted recording is not complete: {v}");
+    let r = &v[0];
+    assert_eq!(r["manifest"]["state"], "recording");
+    assert_eq!(r["intact"], true, "{r}");
+    assert!(r["manifest"]["slices_durable"].as_u64().unwrap() > 10);
+    for l in r["links"].as_array().unwrap() {
+        let frames = l["frames"].as_u64().unwrap();
+        let claimed = l["manifest_frames"].as_u64().unwrap();
+        assert!(frames >= claimed && claimed > 1000, "{l}");
+        assert!(l["gaps"].as_array().unwrap().is_empty(), "{l}");
+        assert!(l["bad_frames"].as_array().unwrap().is_empty(), "{l}");
+        assert!(l["missing_slices"].as_array().unwrap().is_empty(), "{l}");
+    }
+    // The store opens again and a new recording gets the next id.
+    let o = run(&[
+        "record",
+        "--store",
+        store.to_str().unwrap(),
+        "--links",
+        "2",
+        "--rate-per-link",
+        "2MB/s",
+        "--pre",
+        "0.1",
+        "--post",
+        "0.2",
+        "--no-limit",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(json_of(&o)["recording_id"], 2);
+}
+
+#[test]
+fn bad_record_arguments_get_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = tmp.path().join("s");
+    let s = s.to_str().unwrap();
+    for (args, needle) in [
+        (
+            vec!["record", "--store", s, "--rate-per-link", "fast"],
+            "rate",
+        ),
+        (
+            vec!["record", "--store", s, "--source", "tcp://x"],
+            "udp://",
+        ),
+        (
+            vec![
+                "record",
+                "--store",
+                s,
+                "--links",
+                "2",
+                "--source",
+                "udp://127.0.0.1:1",
+            ],
+            "one address per link",
+        ),
+        (
+            vec!["record", "--store", s, "--dram-bound", "1MiB", "--no-limit"],
+            "--dram-bound",
+        ),
+        (vec!["record", "verify", s], "no store"),
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains(needle), "{args:?}: {e}");
+    }
+}
