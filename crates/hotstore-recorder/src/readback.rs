@@ -311,14 +311,11 @@ pub fn export(
             }
         };
         let link = s.header.link;
-        if !files.contains_key(&link) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = files.entry(link) {
             let path = out.join(format!("link-{link:04}.bin"));
             match std::fs::File::create(&path) {
                 Ok(f) => {
-                    files.insert(
-                        link,
-                        (std::io::BufWriter::with_capacity(1 << 20, f), 0, path),
-                    );
+                    slot.insert((std::io::BufWriter::with_capacity(1 << 20, f), 0, path));
                 }
                 Err(e) => {
                     err = Some(RecorderError::Io {
