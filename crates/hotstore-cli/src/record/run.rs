@@ -104,10 +104,9 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
     let store = Arc::new(builder.open()?);
     for t in store.stats().tiers.iter().filter(|t| !t.survives_power_cut) {
         eprintln!(
-            "hotstore record: note: tier {} is {} ({}): recordings there do not survive a power cut",
+            "hotstore record: note: tier {} is {} (memory-backed): recordings there do not survive a power cut",
             t.path.display(),
-            t.domain,
-            "memory-backed"
+            t.domain
         );
     }
 
