@@ -270,3 +270,76 @@ fn bad_record_arguments_get_clear_errors() {
         assert!(e.contains(needle), "{args:?}: {e}");
     }
 }
+
+/// Sends one RESP command and returns the raw reply bytes available after a short wait.
+fn resp(stream: &mut std::net::TcpStream, args: &[&str]) -> String {
+    use std::io::{Read, Write};
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    stream.write_all(req.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut buf = vec![0u8; 4096];
+    let n = stream.read(&mut buf).unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[test]
+fn record_trigger_over_the_server_starts_a_recording() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let mut rec = Command::new(BIN)
+        .args([
+            "record",
+            "--store",
+            store.to_str().unwrap(),
+            "--links",
+            "2",
+            "--rate-per-link",
+            "2MB/s",
+            "--pre",
+            "0.3",
+            "--post",
+            "0.5",
+            "--no-trigger",
+            "--duration",
+            "4",
+            "--no-limit",
+            "--json",
+            "--serve-port",
+            "0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::io::BufReader::new(rec.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix("hotstore record: serving on ") {
+                let addr = rest.split_whitespace().next().unwrap().to_string();
+                let _ = tx.send(addr);
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("serving line");
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let r = resp(&mut s, &["RECORD.TRIGGER"]);
+    assert_eq!(r, "*2\r\n:1\r\n$7\r\nstarted\r\n");
+    let r = resp(&mut s, &["RECORD.TRIGGER", "AT", "nonsense"]);
+    assert!(r.starts_with("-ERR"), "{r}");
+    let r = resp(&mut s, &["RECORD.STATUS"]);
+    assert!(r.contains("recordings") && r.contains("frames_in"), "{r}");
+    drop(s);
+    let o = rec.wait_with_output().unwrap();
+    assert!(o.status.success());
+    let j = json_of(&o);
+    assert_eq!(j["recording_id"], 1);
+    assert_eq!(j["complete"], true, "{j}");
+}

@@ -16,6 +16,7 @@ mod conn;
 pub mod error;
 pub mod glob;
 pub mod metrics;
+pub mod record;
 pub mod resp;
 mod server;
 mod shared;
@@ -23,4 +24,5 @@ mod sync;
 
 pub use config::ServerConfig;
 pub use error::ServerError;
-pub use server::{spawn, ServerHandle};
+pub use record::RecordControl;
+pub use server::{spawn, spawn_on, ServerHandle};

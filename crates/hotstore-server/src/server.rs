@@ -6,6 +6,7 @@ use crate::config::ServerConfig;
 use crate::conn;
 use crate::error::ServerError;
 use crate::metrics::{self, Metrics};
+use crate::record::RecordControl;
 use crate::resp::Limits;
 use crate::shared::{Clients, Shared, BUDGET_UNIT};
 use crate::sync::GroupSync;
@@ -39,7 +40,7 @@ fn io_err(what: String) -> impl FnOnce(std::io::Error) -> ServerError {
 /// Opens the store in `config.dir` (creating it if missing) and starts serving in background
 /// threads. Returns once every listener is bound.
 pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
-    let ip = config.validate()?;
+    config.validate()?;
     let threads = config.worker_threads();
     let mut builder = Store::builder(&config.dir).lanes((threads * 2).clamp(2, 256));
     if config.capacity > 0 {
@@ -59,7 +60,19 @@ pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         }
         store.set_event_policy(policy)?;
     }
-    let store = Arc::new(store);
+    spawn_on(config, Arc::new(store), None)
+}
+
+/// Serves a store the caller already opened (it stays open when the server stops: the server
+/// only flushes it), optionally with a recorder reachable through `RECORD.TRIGGER` and
+/// `RECORD.STATUS`. Returns once every listener is bound.
+pub fn spawn_on(
+    config: ServerConfig,
+    store: Arc<Store>,
+    recorder: Option<Arc<dyn RecordControl>>,
+) -> Result<ServerHandle, ServerError> {
+    let ip = config.validate()?;
+    let threads = config.worker_threads();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .thread_name("hotstore-worker")
@@ -117,6 +130,7 @@ pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         buffer_budget: Arc::new(Semaphore::new(budget_units)),
         buffer_budget_units: budget_units,
         tcp_port: tcp_addr.port(),
+        recorder,
         config,
     });
 

@@ -44,6 +44,8 @@ pub struct Shared {
     pub buffer_budget_units: usize,
     /// The TCP port actually bound.
     pub tcp_port: u16,
+    /// The recorder `RECORD.*` commands reach, if the server runs one.
+    pub recorder: Option<Arc<dyn crate::record::RecordControl>>,
 }
 
 impl Shared {

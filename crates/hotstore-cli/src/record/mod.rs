@@ -22,8 +22,8 @@ use std::time::Duration;
 /// replaces the recording's manifest (`<store>/recordings/rec-NNNNNN.json`), so after a crash
 /// the manifest says where the durable data stops.
 ///
-/// Triggers: --trigger-at (scripted), SIGUSR1 (`kill -USR1 <pid>`), or the library call
-/// (`RecorderHandle::trigger`). A trigger while a recording is being
+/// Triggers: --trigger-at (scripted), SIGUSR1 (`kill -USR1 <pid>`), the library call
+/// (`RecorderHandle::trigger`), or RECORD.TRIGGER on the server of --serve-port. A trigger while a recording is being
 /// written extends it if its window starts before the recording's end, and otherwise queues a
 /// new one.
 ///
@@ -82,7 +82,8 @@ pub struct RunArgs {
     /// plus 0.2 s (a full pre-trigger window), unless --no-trigger.
     #[arg(long, value_parser = parse_secs, value_name = "SECS")]
     trigger_at: Vec<f64>,
-    /// No scripted trigger: wait for SIGUSR1 (stop with Ctrl-C or --duration).
+    /// No scripted trigger: wait for SIGUSR1 or RECORD.TRIGGER (stop with Ctrl-C or
+    /// --duration).
     #[arg(long)]
     no_trigger: bool,
     /// Stop after this many seconds even if a recording is still open (it is then truncated).
@@ -110,6 +111,11 @@ pub struct RunArgs {
     /// Skip measuring the device's bandwidth (no ratio in the summary).
     #[arg(long)]
     no_limit: bool,
+    /// Serve the store over the Redis protocol on this loopback port while recording (0: any
+    /// free port; the address is printed): RECORD.TRIGGER [AT unix_ns] and RECORD.STATUS reach
+    /// the recorder, and consumers can claim finished slices with EVENT.NEXT.
+    #[arg(long, value_name = "PORT")]
+    serve_port: Option<u16>,
     /// Print one JSON object as the summary.
     #[arg(long)]
     json: bool,

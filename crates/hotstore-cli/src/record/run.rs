@@ -37,6 +37,38 @@ fn install_signals() {
     }
 }
 
+/// The recorder as the server sees it.
+struct Control(hotstore_recorder::RecorderHandle);
+
+impl hotstore_server::RecordControl for Control {
+    fn trigger(&self, at_unix_ns: Option<u64>) -> Result<(u32, bool), String> {
+        let t = match at_unix_ns {
+            Some(ns) => self.0.trigger_at(ns),
+            None => self.0.trigger(),
+        }
+        .map_err(|e| e.to_string())?;
+        eprintln!(
+            "RECORD.TRIGGER: recording {} {}",
+            t.recording_id,
+            if t.extended { "extended" } else { "started" }
+        );
+        Ok((t.recording_id, t.extended))
+    }
+
+    fn status(&self) -> Vec<(&'static str, i64)> {
+        let s = self.0.sample_now();
+        vec![
+            ("recordings", self.0.recording_ids().len() as i64),
+            ("all_finished", self.0.all_recordings_finished() as i64),
+            ("frames_in", s.frames_in as i64),
+            ("bytes_in", s.bytes_in as i64),
+            ("bytes_stored", s.bytes_out as i64),
+            ("backlog_bytes", s.backlog_bytes as i64),
+            ("frames_dropped", s.frames_dropped as i64),
+        ]
+    }
+}
+
 fn err(e: impl std::fmt::Display) -> CliError {
     CliError::Msg(e.to_string())
 }
@@ -125,6 +157,22 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
     );
     let recorder = Recorder::start(store.clone(), cfg).map_err(err)?;
     install_signals();
+    let server = match a.serve_port {
+        Some(port) => {
+            let mut sc = hotstore_server::ServerConfig::for_dir(&dir);
+            sc.port = port;
+            let control: Arc<dyn hotstore_server::RecordControl> =
+                Arc::new(Control(recorder.handle()));
+            let s = hotstore_server::spawn_on(sc, store.clone(), Some(control))
+                .map_err(|e| err(format!("cannot serve: {e}")))?;
+            eprintln!(
+                "hotstore record: serving on {} (RECORD.TRIGGER, RECORD.STATUS)",
+                s.tcp_addr()
+            );
+            Some(s)
+        }
+        None => None,
+    };
 
     let source_stop = Arc::new(AtomicBool::new(false));
     let handle = recorder.handle();
@@ -246,6 +294,10 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
         .join()
         .map_err(|_| err("the source thread panicked"))?
         .map_err(err)?;
+    if let Some(s) = server {
+        s.shutdown()
+            .map_err(|e| err(format!("stopping the server: {e}")))?;
+    }
     let report = recorder.finish().map_err(err)?;
     drop(store);
     summarize(&a, &report, limit.as_ref(), bound, &source_line)

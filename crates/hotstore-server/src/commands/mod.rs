@@ -5,6 +5,7 @@
 
 mod admin;
 mod daq;
+mod record;
 mod standard;
 
 pub use daq::write_claim;
@@ -153,6 +154,8 @@ pub static COMMANDS: &[Spec] = &[
     spec!("event.release", 2, W, 0, 0, 0, daq::event_release),
     spec!("event.range", -3, R, 0, 0, 0, daq::event_range),
     spec!("store.stats", 1, R, 0, 0, 0, daq::store_stats),
+    spec!("record.trigger", -1, W, 0, 0, 0, record::trigger),
+    spec!("record.status", 1, R, 0, 0, 0, record::status),
     spec!("mget", -2, R, 1, -1, 1, standard::mget),
     spec!("mset", -3, W, 1, -1, 2, standard::mset),
     spec!("del", -2, W, 1, -1, 1, standard::del),
