@@ -47,4 +47,4 @@ pub use options::{Durability, RecoveryMode, StoreOptions, TierSpec, WriteOptions
 pub use record::MAX_VALUE_LEN;
 pub use recovery::RecoveryReport;
 pub use stats::{Stats, TierStats};
-pub use store::{Reservation, Store};
+pub use store::{Reservation, Store, MAX_VALUE_PARTS};

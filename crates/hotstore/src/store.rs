@@ -98,6 +98,9 @@ thread_local! {
 /// Records with values at least this long are written as bulk (see `Region::write`).
 const BULK_VALUE_LEN: usize = 2 << 10;
 
+/// Most parts [`Store::put_parts_with`] takes.
+pub const MAX_VALUE_PARTS: usize = 7;
+
 fn is_bulk(value_len: usize) -> bool {
     value_len >= BULK_VALUE_LEN
 }
@@ -336,19 +339,41 @@ impl Store {
 
     /// [`Store::put`] with all write options.
     pub fn put_with(&self, key: &[u8], value: &[u8], opts: WriteOptions) -> Result<()> {
+        self.put_parts_with(key, &[value], opts)
+    }
+
+    /// Stores the concatenation of `parts` (at most [`MAX_VALUE_PARTS`]) under `key`, as
+    /// [`Store::put_with`] would store it as one value, without the caller assembling it: on a
+    /// block tier the parts go to the file in one `pwritev`, so a value gathered from several
+    /// buffers (a recorder's ring slots) is copied once.
+    pub fn put_parts_with(&self, key: &[u8], parts: &[&[u8]], opts: WriteOptions) -> Result<()> {
         check_key(key)?;
-        check_value(value.len())?;
+        if parts.len() > MAX_VALUE_PARTS {
+            return Err(Error::InvalidOption {
+                name: "value parts",
+                reason: format!("{} parts; at most {MAX_VALUE_PARTS}", parts.len()),
+            });
+        }
+        let value_len: usize = parts.iter().map(|p| p.len()).sum();
+        check_value(value_len)?;
         self.inner.check_poisoned()?;
-        let body_crc = record::body_checksum(key, value);
-        let rec_len = record::record_len(key.len(), value.len());
+        let mut body_crc = crc32c::crc32c(key);
+        for p in parts {
+            body_crc = crate::checksum::crc32c_append(body_crc, p);
+        }
+        let mut all: [&[u8]; MAX_VALUE_PARTS + 1] = [&[]; MAX_VALUE_PARTS + 1];
+        all[0] = key;
+        all[1..=parts.len()].copy_from_slice(parts);
+        let all = &all[..=parts.len()];
+        let rec_len = record::record_len(key.len(), value_len);
         let (mut lane, seg, off) = self.inner.lane_with_room(rec_len, opts.full_wait, false)?;
         // Safety: [off, off + rec_len) is past `end` of the lane's active segment, which only
         // this lane (locked) writes.
         // A bulk record is written entirely through the medium (pwrite on block tiers): a
         // single store through the mapping would map its page writable, and every write-back of
         // that page then costs a TLB shoot-down and a page fault (25% of the time in a profile).
-        let bulk = is_bulk(value.len());
-        let written = unsafe { seg.write_body_parts(off + HEADER_LEN, &[key, value], bulk) };
+        let bulk = is_bulk(value_len);
+        let written = unsafe { seg.write_body_parts(off + HEADER_LEN, all, bulk) };
         if let Err(e) = written {
             // Page-cache state after a failed write is unknown: refuse further writes.
             self.inner.poison(&e);
@@ -361,7 +386,7 @@ impl Store {
             off,
             Kind::Put,
             key,
-            value.len(),
+            value_len,
             body_crc,
             &mut shard,
         )?;

@@ -198,3 +198,35 @@ fn tmpfs_is_detected_as_volatile_and_said_so() {
     assert!(!t.survives_power_cut);
     assert!(t.power_safety().contains("NOT a power cut"));
 }
+
+#[test]
+fn a_value_put_in_parts_reads_back_whole_and_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let parts: Vec<Vec<u8>> = (0..5u8)
+        .map(|i| vec![i + 1; 1000 + 777 * i as usize])
+        .collect();
+    let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+    let whole = parts.concat();
+    {
+        let store = hotstore::Store::builder(dir.path()).open().unwrap();
+        store
+            .put_parts_with(b"parts-key", &refs, hotstore::Durability::Persisted.into())
+            .unwrap();
+        store
+            .put_parts_with(
+                b"small",
+                &[b"ab", b"", b"c"],
+                hotstore::Durability::Memory.into(),
+            )
+            .unwrap();
+        assert_eq!(store.get(b"parts-key").unwrap().unwrap(), whole);
+        let too_many = vec![&b"x"[..]; hotstore::MAX_VALUE_PARTS + 1];
+        assert!(store
+            .put_parts_with(b"k", &too_many, hotstore::Durability::Memory.into())
+            .is_err());
+        store.close().unwrap();
+    }
+    let store = hotstore::Store::builder(dir.path()).open().unwrap();
+    assert_eq!(store.get(b"parts-key").unwrap().unwrap(), whole);
+    assert_eq!(store.get(b"small").unwrap().unwrap(), b"abc");
+}

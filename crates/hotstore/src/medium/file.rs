@@ -330,7 +330,7 @@ impl Region for MappedFile {
     }
 
     unsafe fn write_parts(&self, offset: usize, parts: &[&[u8]], bulk: bool) -> Result<()> {
-        if !(self.domain == Domain::Block && bulk) || parts.len() > 4 {
+        if !(self.domain == Domain::Block && bulk) || parts.len() > 8 {
             let mut at = offset;
             for p in parts {
                 // Safety: the caller's contract covers every part's sub-range.
@@ -350,7 +350,7 @@ impl Region for MappedFile {
         let mut iov = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
-        }; 4];
+        }; 8];
         for (v, p) in iov.iter_mut().zip(parts) {
             v.iov_base = p.as_ptr() as *mut libc::c_void;
             v.iov_len = p.len();
