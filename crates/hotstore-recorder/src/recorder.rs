@@ -627,7 +627,7 @@ impl Inner {
     /// Stores a finished slice value at Memory durability (the committer makes it durable).
     /// A full store is waited out in steps while the backlog grows (and frames are dropped past
     /// the DRAM bound), never silently: the first wait is logged.
-    fn put_slice(&self, rec: &Recording, key: &[u8; 16], value: &[u8]) -> Result<()> {
+    fn put_slice(&self, rec: &Recording, key: &[u8; 16], parts: &[&[u8]]) -> Result<()> {
         {
             let mut first = rec.first_put.lock();
             if first.is_none() {
@@ -639,7 +639,7 @@ impl Inner {
                 durability: Durability::Memory,
                 full_wait: Some(Duration::from_millis(100)),
             };
-            match self.store.put_with(key, value, opts) {
+            match self.store.put_parts_with(key, parts, opts) {
                 Ok(()) => break,
                 Err(e) if e.is_full() && !self.stop.load(Ordering::SeqCst) => {
                     if !self.full_warned.swap(true, Ordering::SeqCst) {
@@ -652,8 +652,9 @@ impl Inner {
                 Err(e) => return Err(e.into()),
             }
         }
+        let value_len: usize = parts.iter().map(|p| p.len()).sum();
         rec.record_bytes
-            .fetch_add((value.len() + 40) as u64, Ordering::Relaxed);
+            .fetch_add((value_len + 40) as u64, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -748,12 +749,11 @@ fn step(inner: &Inner, cur: &mut Cursor, stopping: bool) -> Result<bool> {
             continue;
         }
         let slice_idx = ((ts - rec.start_ns) / inner.cfg.slice.as_nanos() as u64).max(cur.slice);
-        if cur.builder.frames() > 0 && (slice_idx != cur.slice || cur.builder.is_full()) {
+        if cur.builder.frames() > 0 && (slice_idx != cur.slice || !cur.builder.accepts(s)) {
             let next_part = slice_idx == cur.slice;
-            // Frames copied into the slice no longer need the ring: free them before the
-            // store call, which may wait on a slow device.
-            ring.advance_pin(cur.next);
             store_slice(inner, cur, &rec, !next_part)?;
+            // The stored frames no longer need the ring.
+            ring.advance_pin(s);
             if next_part {
                 cur.part += 1;
             } else {
@@ -764,13 +764,19 @@ fn step(inner: &Inner, cur: &mut Cursor, stopping: bool) -> Result<bool> {
             cur.slice = slice_idx;
             cur.builder.start(rec.id, cur.slice, cur.link, cur.part);
         }
-        cur.builder.push(s, ts, ring.frame(s));
+        cur.builder.push(s, ts);
         cur.next += 1;
         work = true;
     }
     if work {
         cur.last_frame_at = Instant::now();
-        ring.advance_pin(cur.next);
+        // Frames of the open slice stay pinned: the store reads them from the ring.
+        let keep_from = if cur.builder.frames() > 0 {
+            cur.builder.header().first_ring
+        } else {
+            cur.next
+        };
+        ring.advance_pin(keep_from);
         return Ok(true);
     }
     // Nothing new: close the recording if the link stays silent past its end, or on a stop.
@@ -805,8 +811,10 @@ fn store_slice(inner: &Inner, cur: &mut Cursor, rec: &Recording, slice_done: boo
         cur.link,
         h.part.min(u16::MAX as u32) as u16,
     );
-    let value = cur.builder.finish();
-    inner.put_slice(rec, &key, value)?;
+    let ring = &inner.rings[cur.link as usize];
+    let frames = ring.frames(h.first_ring, h.frames as u64);
+    let (head, pad) = cur.builder.finish();
+    inner.put_slice(rec, &key, &[head, frames[0], frames[1], pad])?;
     let n = h.frames as u64;
     let bytes = n * inner.cfg.frame_len as u64;
     inner.stored_bytes[cur.link as usize].fetch_add(bytes, Ordering::Relaxed);

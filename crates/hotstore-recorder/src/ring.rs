@@ -158,6 +158,22 @@ impl LinkRing {
         unsafe { std::slice::from_raw_parts(self.slot_ptr(seq), self.frame_len) }
     }
 
+    /// Frames `first..first + n` (all in `[pin, head)`) as at most two contiguous byte ranges
+    /// (two when they wrap around the end of the ring).
+    pub fn frames(&self, first: u64, n: u64) -> [&[u8]; 2] {
+        debug_assert!(n <= self.capacity && first >= self.pin() && first + n <= self.head());
+        let slot = first % self.capacity;
+        let run1 = n.min(self.capacity - slot);
+        let fl = self.frame_len;
+        // Safety: as for `frame`: these frames are published and pinned.
+        unsafe {
+            [
+                std::slice::from_raw_parts(self.slot_ptr(first), run1 as usize * fl),
+                std::slice::from_raw_parts(self.data[0].get(), (n - run1) as usize * fl),
+            ]
+        }
+    }
+
     /// Pins the first frame stamped at or after `from_ts_ns` (or, if the ring no longer holds
     /// that far back, its oldest frame) and returns its sequence number. Safe against a
     /// concurrent producer: the result is never a frame the producer may still overwrite.
@@ -285,6 +301,18 @@ mod tests {
         assert!(push(&r, 8));
         r.unpin();
         assert!(push(&r, 9) && push(&r, 10) && push(&r, 11));
+    }
+
+    #[test]
+    fn frames_that_wrap_come_back_as_two_ranges_in_order() {
+        let r = LinkRing::new(2, 4);
+        for t in 0..6 {
+            push(&r, t);
+        }
+        r.advance_pin(3);
+        let [a, b] = r.frames(3, 3);
+        assert_eq!([a, b].concat(), vec![3, 3, 4, 4, 5, 5]);
+        assert_eq!(a.len(), 2);
     }
 
     #[test]

@@ -83,9 +83,13 @@ pub fn key(recording: u32, slice: u64, link: u16, part: u16) -> [u8; 16] {
     .to_bytes()
 }
 
-/// Builds slice values frame by frame, in a reused buffer.
+/// Zeros for the padding of a slice value.
+static ZEROS: [u8; SLICE_ALIGN] = [0; SLICE_ALIGN];
+
+/// Builds a slice's header and timestamp table; the frames stay where they are (in a link's
+/// ring) and are given to the store as separate parts, so each frame byte is copied once.
 pub struct SliceBuilder {
-    buf: Vec<u8>,
+    head: Vec<u8>,
     frame_len: usize,
     capacity_frames: usize,
     header: SliceHeader,
@@ -95,7 +99,7 @@ impl SliceBuilder {
     /// A builder for slices of up to `capacity_frames` frames of `frame_len` bytes.
     pub fn new(frame_len: usize, capacity_frames: usize) -> Self {
         SliceBuilder {
-            buf: vec![0u8; value_len(capacity_frames, frame_len)],
+            head: vec![0u8; SLICE_HEADER_LEN + 8 * capacity_frames],
             frame_len,
             capacity_frames,
             header: SliceHeader {
@@ -137,46 +141,32 @@ impl SliceBuilder {
         self.header.frames as usize
     }
 
-    /// Whether another frame fits.
-    pub fn is_full(&self) -> bool {
-        self.frames() >= self.capacity_frames
+    /// Whether frame `ring_seq` can join: there is room and it follows the last one.
+    pub fn accepts(&self, ring_seq: u64) -> bool {
+        self.frames() < self.capacity_frames
+            && (self.frames() == 0 || self.header.first_ring + self.frames() as u64 == ring_seq)
     }
 
-    /// Appends frame `ring_seq` stamped `ts_ns`. Panics if full (check [`Self::is_full`]).
-    pub fn push(&mut self, ring_seq: u64, ts_ns: u64, frame: &[u8]) {
-        assert!(!self.is_full() && frame.len() == self.frame_len);
+    /// Appends frame `ring_seq` stamped `ts_ns`. Panics unless [`Self::accepts`] it.
+    pub fn push(&mut self, ring_seq: u64, ts_ns: u64) {
+        assert!(self.accepts(ring_seq));
         let n = self.frames();
         if n == 0 {
             self.header.first_ring = ring_seq;
             self.header.first_ts_ns = ts_ns;
         }
         self.header.last_ts_ns = ts_ns;
-        let ts_at = SLICE_HEADER_LEN + 8 * n;
-        self.buf[ts_at..ts_at + 8].copy_from_slice(&ts_ns.to_le_bytes());
+        let at = SLICE_HEADER_LEN + 8 * n;
+        self.head[at..at + 8].copy_from_slice(&ts_ns.to_le_bytes());
         self.header.frames += 1;
-        // Frames start after the timestamp table, whose size depends on the final count, so
-        // frames are placed from the capacity's table end and moved down at `finish`.
-        let at = self.frames_at(self.capacity_frames) + n * self.frame_len;
-        self.buf[at..at + self.frame_len].copy_from_slice(frame);
     }
 
-    fn frames_at(&self, frames: usize) -> usize {
-        SLICE_HEADER_LEN + 8 * frames
-    }
-
-    /// The finished value (padded), valid until the next `start`.
-    pub fn finish(&mut self) -> &[u8] {
+    /// The slice's first part (header and timestamp table) and the zero padding that ends the
+    /// value; the frames go between them. Valid until the next `start`.
+    pub fn finish(&mut self) -> (&[u8], &'static [u8]) {
         let n = self.frames();
-        let from = self.frames_at(self.capacity_frames);
-        let to = self.frames_at(n);
-        if from != to {
-            self.buf.copy_within(from..from + n * self.frame_len, to);
-        }
-        let len = value_len(n, self.frame_len);
-        let end = to + n * self.frame_len;
-        self.buf[end..len].fill(0);
         let h = &self.header;
-        let b = &mut self.buf;
+        let b = &mut self.head;
         b[0..4].copy_from_slice(&SLICE_MAGIC.to_le_bytes());
         b[4..6].copy_from_slice(&SLICE_VERSION.to_le_bytes());
         b[6..8].copy_from_slice(&h.link.to_le_bytes());
@@ -191,7 +181,9 @@ impl SliceBuilder {
         b[56..60].fill(0);
         let crc = crc32c::crc32c(&b[0..60]);
         b[60..64].copy_from_slice(&crc.to_le_bytes());
-        &self.buf[..len]
+        let used = SLICE_HEADER_LEN + n * (8 + self.frame_len);
+        let pad = value_len(n, self.frame_len) - used;
+        (&self.head[..SLICE_HEADER_LEN + 8 * n], &ZEROS[..pad])
     }
 }
 
@@ -272,10 +264,14 @@ mod tests {
         for frames in [1usize, 2, 7, 188] {
             let mut b = SliceBuilder::new(5568, 188);
             b.start(3, 9, 2, 0);
+            let mut body = Vec::new();
             for i in 0..frames {
-                b.push(100 + i as u64, 1000 + i as u64, &vec![i as u8; 5568]);
+                b.push(100 + i as u64, 1000 + i as u64);
+                body.extend_from_slice(&vec![i as u8; 5568]);
             }
-            let v = b.finish().to_vec();
+            assert!(!b.accepts(100 + frames as u64 + 1), "not the next frame");
+            let (head, pad) = b.finish();
+            let v = [head, &body[..], pad].concat();
             assert_eq!((v.len() + 40) % 4096, 0);
             let s = Slice::parse(&v).unwrap();
             assert_eq!(s.header.frames as usize, frames);

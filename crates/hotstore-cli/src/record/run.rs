@@ -321,7 +321,6 @@ fn totals(r: &RecorderReport) -> Totals {
     let frames_dropped: u64 = r.recordings.iter().map(|m| m.frames_dropped()).sum();
     let bytes_written = r.write_windows.iter().map(|w| w.1).sum();
     let write_secs = r.write_windows.iter().map(|w| w.2).sum();
-    let backlog_peak = r.samples.iter().map(|s| s.backlog_bytes).max().unwrap_or(0);
     // Input rate over the whole run (the sources run steadily).
     let input_rate = match (r.samples.first(), r.samples.last()) {
         (Some(a), Some(b)) if b.t_secs > a.t_secs => {
@@ -329,10 +328,13 @@ fn totals(r: &RecorderReport) -> Totals {
         }
         _ => 0.0,
     };
-    // Sample intervals where a backlog existed at both ends: the writers were busy throughout.
+    // Sample intervals where a real backlog (a quarter of the peak, well above the slices
+    // being filled) existed at both ends: the writers never waited for input.
+    let backlog_peak = r.samples.iter().map(|s| s.backlog_bytes).max().unwrap_or(0);
+    let busy_floor = (backlog_peak / 4).max(1);
     let (mut busy_bytes, mut busy_secs) = (0u64, 0f64);
     for w in r.samples.windows(2) {
-        if w[0].backlog_bytes > 0 && w[1].backlog_bytes > 0 {
+        if w[0].backlog_bytes >= busy_floor && w[1].backlog_bytes >= busy_floor {
             busy_bytes += w[1].bytes_out - w[0].bytes_out;
             busy_secs += w[1].t_secs - w[0].t_secs;
         }
