@@ -343,3 +343,43 @@ fn record_trigger_over_the_server_starts_a_recording() {
     assert_eq!(j["recording_id"], 1);
     assert_eq!(j["complete"], true, "{j}");
 }
+
+#[test]
+fn sigusr1_triggers_a_recording() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let rec = Command::new(BIN)
+        .args([
+            "record",
+            "--store",
+            store.to_str().unwrap(),
+            "--links",
+            "2",
+            "--rate-per-link",
+            "2MB/s",
+            "--pre",
+            "0.2",
+            "--post",
+            "0.4",
+            "--no-trigger",
+            "--duration",
+            "3",
+            "--no-limit",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    // Safety: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGUSR1) }, 0);
+    let o = rec.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("SIGUSR1 trigger"), "{err}");
+    let j = json_of(&o);
+    assert_eq!(j["complete"], true, "{j}");
+    // 0.6 s x 2 links at 2 MB/s of 5568-byte frames: about 431 frames.
+    assert!(j["frames_recorded"].as_u64().unwrap() > 350);
+}
