@@ -156,6 +156,9 @@ pub struct Sample {
     pub bytes_in: u64,
     /// Frame bytes stored so far.
     pub bytes_out: u64,
+    /// Frame bytes stored and made durable by a commit so far (with `Memory` durability: by
+    /// the commit that replaced the manifests).
+    pub bytes_durable: u64,
     /// Bytes pinned in the rings and not yet copied out by a writer.
     pub backlog_bytes: u64,
     /// Frames dropped so far.
@@ -212,6 +215,8 @@ struct Inner {
     control: Mutex<Control>,
     /// Frame bytes stored, per link.
     stored_bytes: Vec<AtomicU64>,
+    /// Frame bytes covered by the last completed commit.
+    durable_bytes: AtomicU64,
     stop: AtomicBool,
     writers_done: AtomicU64,
     failure: Mutex<Option<String>>,
@@ -271,6 +276,7 @@ impl Recorder {
                 next_id,
             }),
             stored_bytes: (0..links).map(|_| AtomicU64::new(0)).collect(),
+            durable_bytes: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             writers_done: AtomicU64::new(0),
             failure: Mutex::new(None),
@@ -510,6 +516,7 @@ impl Inner {
                 .map(|b| b.load(Ordering::Relaxed))
                 .sum(),
             backlog_bytes: backlog * fl,
+            bytes_durable: self.durable_bytes.load(Ordering::Acquire),
             frames_dropped: dropped,
         }
     }
@@ -913,6 +920,12 @@ fn commit_round(inner: &Inner) -> Result<()> {
     if recs.is_empty() {
         return Ok(());
     }
+    // Bytes stored before the snapshot: durable once this round's flush returns.
+    let stored: u64 = inner
+        .stored_bytes
+        .iter()
+        .map(|b| b.load(Ordering::Acquire))
+        .sum();
     // What the writers had stored when the round started (done flags read first: a link done
     // has published its final counts before setting... after storing; re-read below).
     let snapshots: Vec<(bool, Manifest)> = recs
@@ -933,6 +946,7 @@ fn commit_round(inner: &Inner) -> Result<()> {
     if inner.cfg.durability == Durability::Persisted {
         inner.store.flush()?;
     }
+    inner.durable_bytes.fetch_max(stored, Ordering::AcqRel);
     for (r, (all_done, mut m)) in recs.iter().zip(snapshots) {
         if all_done {
             // Every link finished before the snapshot: the counts are final. A slice count may

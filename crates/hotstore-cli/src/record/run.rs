@@ -311,7 +311,7 @@ struct Totals {
     write_secs: f64,
     backlog_peak: u64,
     input_rate: f64,
-    /// Frame bytes stored per second while the writers had a backlog (never waiting for
+    /// Frame bytes made durable per second while a backlog existed (never waiting for
     /// input): the sustained recording bandwidth the device allows.
     busy_rate: Option<f64>,
 }
@@ -331,11 +331,18 @@ fn totals(r: &RecorderReport) -> Totals {
     // Sample intervals where a real backlog (a quarter of the peak, well above the slices
     // being filled) existed at both ends: the writers never waited for input.
     let backlog_peak = r.samples.iter().map(|s| s.backlog_bytes).max().unwrap_or(0);
-    let busy_floor = (backlog_peak / 4).max(1);
+    // Frame bytes the recordings need that are not durable yet: in the rings, or stored but
+    // not covered by a commit. While that is a real backlog (above a quarter of its peak, well
+    // above the slices being filled) the writers and the syncs never wait for input, and the
+    // growth of the durable bytes is the sustained recording bandwidth.
+    let pending = |s: &hotstore_recorder::Sample| {
+        s.backlog_bytes + s.bytes_out.saturating_sub(s.bytes_durable)
+    };
+    let busy_floor = (r.samples.iter().map(pending).max().unwrap_or(0) / 4).max(1);
     let (mut busy_bytes, mut busy_secs) = (0u64, 0f64);
     for w in r.samples.windows(2) {
-        if w[0].backlog_bytes >= busy_floor && w[1].backlog_bytes >= busy_floor {
-            busy_bytes += w[1].bytes_out - w[0].bytes_out;
+        if pending(&w[0]) >= busy_floor && pending(&w[1]) >= busy_floor {
+            busy_bytes += w[1].bytes_durable.saturating_sub(w[0].bytes_durable);
             busy_secs += w[1].t_secs - w[0].t_secs;
         }
     }
@@ -434,7 +441,7 @@ fn summarize(
         );
         match t.busy_rate {
             Some(b) => println!(
-                "sustained: {}/s of frames while the writers had a backlog",
+                "sustained: {}/s of frames made durable while a backlog existed",
                 human_bytes(b)
             ),
             None => println!("sustained: the writers kept up with the input (no backlog)"),

@@ -71,12 +71,10 @@ pub fn run_generator(
         }
         let now = t0.elapsed();
         if due > now {
-            let ahead = due - now;
-            if ahead > Duration::from_micros(200) {
-                std::thread::sleep(ahead - Duration::from_micros(100));
-            } else {
-                std::hint::spin_loop();
-            }
+            // Sleep rather than spin (the writers need the cores), and at least a millisecond:
+            // the frames due meanwhile are then made in one burst. Timestamps are the schedule's,
+            // so bursts do not change them.
+            std::thread::sleep((due - now).max(Duration::from_millis(1)));
             continue;
         }
         stats.max_lag_secs = stats.max_lag_secs.max((now - due).as_secs_f64());
