@@ -299,8 +299,17 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
             .map_err(|e| err(format!("stopping the server: {e}")))?;
     }
     let report = recorder.finish().map_err(err)?;
+    let stored_is_durable = matches!(a.durability, crate::DurabilityArg::Memory)
+        || store.stats().tiers.iter().all(|t| !t.survives_power_cut);
     drop(store);
-    summarize(&a, &report, limit.as_ref(), bound, &source_line)
+    summarize(
+        &a,
+        &report,
+        limit.as_ref(),
+        bound,
+        &source_line,
+        stored_is_durable,
+    )
 }
 
 struct Totals {
@@ -316,7 +325,9 @@ struct Totals {
     busy_rate: Option<f64>,
 }
 
-fn totals(r: &RecorderReport) -> Totals {
+/// `stored_is_durable`: a store call already gives all the durability there is (`Memory`
+/// durability, or a tier that does not survive a power cut, where `Persisted` is `Memory`).
+fn totals(r: &RecorderReport, stored_is_durable: bool) -> Totals {
     let frames_recorded: u64 = r.recordings.iter().map(|m| m.frames_recorded()).sum();
     let frames_dropped: u64 = r.recordings.iter().map(|m| m.frames_dropped()).sum();
     let bytes_written = r.write_windows.iter().map(|w| w.1).sum();
@@ -328,21 +339,25 @@ fn totals(r: &RecorderReport) -> Totals {
         }
         _ => 0.0,
     };
-    // Sample intervals where a real backlog (a quarter of the peak, well above the slices
-    // being filled) existed at both ends: the writers never waited for input.
     let backlog_peak = r.samples.iter().map(|s| s.backlog_bytes).max().unwrap_or(0);
     // Frame bytes the recordings need that are not durable yet: in the rings, or stored but
     // not covered by a commit. While that is a real backlog (above a quarter of its peak, well
     // above the slices being filled) the writers and the syncs never wait for input, and the
     // growth of the durable bytes is the sustained recording bandwidth.
-    let pending = |s: &hotstore_recorder::Sample| {
-        s.backlog_bytes + s.bytes_out.saturating_sub(s.bytes_durable)
+    let durable = |s: &hotstore_recorder::Sample| {
+        if stored_is_durable {
+            s.bytes_out
+        } else {
+            s.bytes_durable
+        }
     };
+    let pending =
+        |s: &hotstore_recorder::Sample| s.backlog_bytes + s.bytes_out.saturating_sub(durable(s));
     let busy_floor = (r.samples.iter().map(pending).max().unwrap_or(0) / 4).max(1);
     let (mut busy_bytes, mut busy_secs) = (0u64, 0f64);
     for w in r.samples.windows(2) {
         if pending(&w[0]) >= busy_floor && pending(&w[1]) >= busy_floor {
-            busy_bytes += w[1].bytes_durable.saturating_sub(w[0].bytes_durable);
+            busy_bytes += durable(&w[1]).saturating_sub(durable(&w[0]));
             busy_secs += w[1].t_secs - w[0].t_secs;
         }
     }
@@ -364,8 +379,9 @@ fn summarize(
     limit: Option<&limits::Limit>,
     bound: u64,
     source_line: &str,
+    stored_is_durable: bool,
 ) -> CliResult<ExitCode> {
-    let t = totals(r);
+    let t = totals(r, stored_is_durable);
     let mean_write_rate = t.bytes_written as f64 / t.write_secs.max(1e-9);
     // The sustained rate if the writers were ever busy long enough to measure it; otherwise
     // they kept up with the input and the mean is what the input allowed.
