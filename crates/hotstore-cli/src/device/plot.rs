@@ -6,11 +6,10 @@
 //! `crate::minidaq::plot::FONT_CANDIDATES`). Units: GB is 10^9 bytes.
 
 use super::report::{block_label, PointResult};
-use crate::minidaq::plot::{PlotError, FONT_CANDIDATES, FONT_ENV};
+use crate::minidaq::plot::{ensure_font, si, PlotError};
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
 const FONT: &str = "sans-serif";
 /// matplotlib's "tab10".
@@ -27,59 +26,6 @@ const PALETTE: [RGBColor; 8] = [
 const PANEL_W: u32 = 520;
 const PANEL_H: u32 = 380;
 const TITLE_H: u32 = 44;
-
-/// Registers the chart font once per process (the same search as the minidaq charts).
-fn ensure_font() -> Result<(), PlotError> {
-    static FONT_LOADED: OnceLock<Result<(), PlotError>> = OnceLock::new();
-    FONT_LOADED
-        .get_or_init(|| {
-            let candidates: Vec<PathBuf> = match std::env::var_os(FONT_ENV) {
-                Some(p) => vec![PathBuf::from(p)],
-                None => FONT_CANDIDATES
-                    .iter()
-                    .map(|(r, _)| PathBuf::from(r))
-                    .collect(),
-            };
-            for path in &candidates {
-                if let Ok(bytes) = std::fs::read(path) {
-                    // plotters needs 'static font data; this runs once per process.
-                    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                    return plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-                        .map_err(|_| PlotError::InvalidFont(path.clone()));
-                }
-            }
-            Err(PlotError::FontNotFound(candidates))
-        })
-        .clone()
-}
-
-/// Short decimal label: 950, 12.5k, 3.2M.
-fn si(v: f64) -> String {
-    let a = v.abs();
-    let (div, suffix) = if a >= 1e9 {
-        (1e9, "G")
-    } else if a >= 1e6 {
-        (1e6, "M")
-    } else if a >= 1e3 {
-        (1e3, "k")
-    } else {
-        (1.0, "")
-    };
-    let x = v / div;
-    let s = if x.abs() >= 100.0 {
-        format!("{x:.0}")
-    } else if x.abs() >= 10.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x:.2}")
-    };
-    let s = if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    };
-    format!("{s}{suffix}")
-}
 
 /// The methods (in order of first appearance) that have measured points.
 fn methods(points: &[&PointResult]) -> Vec<&'static str> {

@@ -171,7 +171,7 @@ const LEGEND_LINE: i32 = 30;
 const LEGEND_AREA: u32 = 42;
 
 /// Formats a value with an SI suffix: 950, 12.5k, 3.2M, 1.05G.
-fn si(v: f64) -> String {
+pub(crate) fn si(v: f64) -> String {
     let a = v.abs();
     let (div, suffix) = if a >= 1e9 {
         (1e9, "G")
