@@ -99,7 +99,10 @@ fn for_each_slice(
     loop {
         let keys = store.range_keys(&from, to, KEYS_PER_QUERY);
         for (k, _) in &keys {
-            store.get_with(k, |v| f(k, Slice::parse(v)))?;
+            // A damaged record is reported as a bad slice; the walk goes on.
+            if let Err(e) = store.get_with(k, |v| f(k, Slice::parse(v))) {
+                f(k, Err(slice::BadSlice(format!("cannot read: {e}"))));
+            }
             n += 1;
         }
         match keys.last() {

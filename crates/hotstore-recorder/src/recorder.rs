@@ -525,15 +525,19 @@ impl Inner {
         if let Some(f) = self.failure.lock().clone() {
             return Err(RecorderError::Stopped(f));
         }
+        if self.stop.load(Ordering::SeqCst) {
+            return Err(RecorderError::Stopped("the recorder is stopping".into()));
+        }
         let (pre, post) = (
             self.cfg.pre.as_nanos() as u64,
             self.cfg.post.as_nanos() as u64,
         );
+        let end = ts.saturating_add(post);
         let mut c = self.control.lock();
         if let Some(last) = c.recordings.last() {
             let any_done = last.links.iter().any(|l| l.closed.load(Ordering::SeqCst));
             if !any_done && ts.saturating_sub(pre) <= last.end_ns.load(Ordering::SeqCst) {
-                last.end_ns.fetch_max(ts + post, Ordering::SeqCst);
+                last.end_ns.fetch_max(end, Ordering::SeqCst);
                 last.triggers.lock().push(ts);
                 return Ok(TriggerOutcome {
                     recording_id: last.id,
@@ -544,12 +548,19 @@ impl Inner {
         let mut start = ts.saturating_sub(pre);
         if let Some(last) = c.recordings.last() {
             start = start.max(last.end_ns.load(Ordering::SeqCst));
+            if start >= end {
+                // The whole window is already part of the last recording.
+                return Ok(TriggerOutcome {
+                    recording_id: last.id,
+                    extended: true,
+                });
+            }
         }
         let id = c.next_id;
         let rec = Arc::new(Recording {
             id,
             start_ns: start,
-            end_ns: AtomicU64::new(ts + post),
+            end_ns: AtomicU64::new(end),
             triggers: Mutex::new(vec![ts]),
             links: (0..self.cfg.links)
                 .map(|_| LinkProgress::default())
@@ -684,7 +695,9 @@ struct Cursor {
 
 fn writer_loop(inner: &Inner, links: &[u16]) -> Result<()> {
     let fl = inner.cfg.frame_len;
-    let cap = slice::frames_fitting(inner.cfg.max_fragment_bytes, fl);
+    // A slice part never pins more than half a ring, so the producer always has room.
+    let cap = slice::frames_fitting(inner.cfg.max_fragment_bytes, fl)
+        .min((inner.rings[0].capacity() / 2).max(1) as usize);
     let mut cursors: Vec<Cursor> = links
         .iter()
         .map(|&link| Cursor {
@@ -729,10 +742,14 @@ fn writer_loop(inner: &Inner, links: &[u16]) -> Result<()> {
 fn step(inner: &Inner, cur: &mut Cursor, stopping: bool) -> Result<bool> {
     let ring = &inner.rings[cur.link as usize];
     if cur.rec.is_none() {
-        let Some((seq, idx)) = inner.control.lock().handoff[cur.link as usize].take() else {
+        // Taken and recorded as busy under one lock: a trigger in between would see the link
+        // idle and pin its ring anew.
+        let mut c = inner.control.lock();
+        let Some((seq, idx)) = c.handoff[cur.link as usize].take() else {
             return Ok(false);
         };
-        inner.control.lock().link_rec[cur.link as usize] = Some(idx);
+        c.link_rec[cur.link as usize] = Some(idx);
+        drop(c);
         begin(cur, seq, idx);
     }
     let idx = cur.rec.expect("active");
@@ -744,13 +761,14 @@ fn step(inner: &Inner, cur: &mut Cursor, stopping: bool) -> Result<bool> {
         let s = cur.next;
         let ts = ring.ts_of(s);
         if ts < rec.start_ns {
+            // Before the window (or between queued windows): not needed, release it.
             cur.next += 1;
+            work = true;
             continue;
         }
         if ts >= rec.end_ns.load(Ordering::SeqCst) {
             // Re-check under the control lock: a trigger may be extending the window now.
-            if close_if_ended(inner, cur, &rec, Some(ts))? {
-                ring.advance_pin(cur.next);
+            if close_if_ended(inner, cur, &rec, Some(ts), stopping)? {
                 return Ok(true);
             }
             continue;
@@ -790,8 +808,7 @@ fn step(inner: &Inner, cur: &mut Cursor, stopping: bool) -> Result<bool> {
     let end = rec.end_ns.load(Ordering::SeqCst);
     let silent = cur.last_frame_at.elapsed() >= inner.cfg.link_timeout
         && now_ns() >= end.saturating_add(inner.cfg.link_timeout.as_nanos() as u64);
-    if (stopping || silent) && close_if_ended(inner, cur, &rec, None)? {
-        ring.advance_pin(cur.next);
+    if (stopping || silent) && close_if_ended(inner, cur, &rec, None, stopping)? {
         return Ok(true);
     }
     Ok(false)
@@ -849,6 +866,7 @@ fn close_if_ended(
     cur: &mut Cursor,
     rec: &Recording,
     ts: Option<u64>,
+    stopping: bool,
 ) -> Result<bool> {
     if let Some(ts) = ts {
         if ts < rec.end_ns.load(Ordering::SeqCst) {
@@ -856,15 +874,20 @@ fn close_if_ended(
         }
     }
     let c = inner.control.lock();
-    if let Some(ts) = ts {
-        if ts < rec.end_ns.load(Ordering::SeqCst) {
-            return Ok(false);
+    let end = rec.end_ns.load(Ordering::SeqCst);
+    match ts {
+        Some(ts) if ts < end => return Ok(false),
+        // Silent link: a trigger may have just extended the window.
+        None if !stopping
+            && now_ns() < end.saturating_add(inner.cfg.link_timeout.as_nanos() as u64) =>
+        {
+            return Ok(false)
         }
+        _ => {}
     }
     let p = &rec.links[cur.link as usize];
     // Marked closed under the lock, so a trigger either extends before this or queues after.
     p.closed.store(true, Ordering::SeqCst);
-    let end = rec.end_ns.load(Ordering::SeqCst);
     p.reached_end
         .store(ts.is_some() || now_ns() >= end, Ordering::SeqCst);
     drop(c);
@@ -883,6 +906,7 @@ fn close_if_ended(
         c.link_rec[cur.link as usize] = Some(idx + 1);
         drop(c);
         let seq = cur.next;
+        inner.rings[cur.link as usize].advance_pin(seq);
         begin(cur, seq, idx + 1);
     } else {
         c.link_rec[cur.link as usize] = None;

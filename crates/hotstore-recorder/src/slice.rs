@@ -68,7 +68,8 @@ pub fn value_len(frames: usize, frame_len: usize) -> usize {
 
 /// The most frames a slice value of at most `max_value` bytes holds (at least 1).
 pub fn frames_fitting(max_value: usize, frame_len: usize) -> usize {
-    let room = (max_value + RECORD_PREFIX).saturating_sub(RECORD_PREFIX + SLICE_HEADER_LEN);
+    // Padding adds up to SLICE_ALIGN - 1 bytes: leave room for it.
+    let room = max_value.saturating_sub(SLICE_HEADER_LEN + SLICE_ALIGN);
     (room / (8 + frame_len)).max(1)
 }
 
@@ -227,8 +228,10 @@ impl<'a> Slice<'a> {
             first_ts_ns: u64_at(40),
             last_ts_ns: u64_at(48),
         };
-        let need = SLICE_HEADER_LEN as u64 + header.frames as u64 * (8 + header.frame_len as u64);
-        if need > value.len() as u64 || header.frame_len == 0 {
+        let need = (header.frames as u64)
+            .checked_mul(8 + header.frame_len as u64)
+            .and_then(|n| n.checked_add(SLICE_HEADER_LEN as u64));
+        if need.is_none_or(|n| n > value.len() as u64) || header.frame_len == 0 {
             return bad("frame count and size exceed the value");
         }
         Ok(Slice { header, value })
@@ -284,6 +287,7 @@ mod tests {
                 assert_eq!(s.frame(i), &vec![i as u8; 5568][..]);
             }
         }
-        assert_eq!(frames_fitting(value_len(188, 5568), 5568), 188);
+        assert!(value_len(frames_fitting(1 << 20, 5568), 5568) <= 1 << 20);
+        assert!(value_len(frames_fitting(1 << 20, 5568) + 1, 5568) > (1 << 20) - 4096);
     }
 }

@@ -218,3 +218,69 @@ fn on_a_slow_medium_the_backlog_grows_as_modelled_and_drops_are_counted_exactly(
         "backlog {got} at {at} s after the trigger, model {expected}"
     );
 }
+
+/// A small ring (64 frames of 1 KiB at 100 frames/s: 0.64 s) makes any frame held too long
+/// show as a drop.
+fn small_ring_recorder(dir: &std::path::Path) -> (Arc<Store>, Recorder) {
+    let store = Arc::new(Store::builder(dir).open().unwrap());
+    let mut cfg = config(1, 1024);
+    cfg.pre = Duration::from_millis(100);
+    cfg.post = Duration::from_millis(100);
+    cfg.ring_bytes_per_link = 64 * 1024;
+    let rec = Recorder::start(store.clone(), cfg).unwrap();
+    (store, rec)
+}
+
+#[test]
+fn after_a_recording_the_ring_is_released_and_the_next_trigger_gets_its_whole_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, rec) = small_ring_recorder(dir.path());
+    let h = rec.handle();
+    let trig = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let a = h.trigger().unwrap();
+        // Long after the first recording ended (the ring turned over more than once).
+        std::thread::sleep(Duration::from_millis(1500));
+        let b = h.trigger().unwrap();
+        (a, b)
+    });
+    let g = generate(&rec, 1, 1024, 102_400.0, 2.4);
+    let (a, b) = trig.join().unwrap();
+    assert_ne!(a.recording_id, b.recording_id);
+    let report = rec.finish().unwrap();
+    assert_eq!(g.dropped, 0, "an idle link must never drop");
+    for m in &report.recordings {
+        assert_eq!(m.state, RecordingState::Complete);
+        assert!(!m.lossy);
+        // 0.2 s at 100 frames/s.
+        let f = m.frames_recorded();
+        assert!(
+            (18..=22).contains(&f),
+            "recording {}: {f} frames",
+            m.recording_id
+        );
+        assert!(verify(&store, m.recording_id).unwrap().complete);
+    }
+}
+
+#[test]
+fn a_trigger_for_a_future_time_records_its_window_without_drops() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, rec) = small_ring_recorder(dir.path());
+    let h = rec.handle();
+    let trig = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        // One second ahead: the frames until the window starts must be released, not held.
+        h.trigger_at(hotstore_recorder::now_ns() + 1_000_000_000)
+            .unwrap()
+    });
+    let g = generate(&rec, 1, 1024, 102_400.0, 2.0);
+    trig.join().unwrap();
+    let report = rec.finish().unwrap();
+    assert_eq!(g.dropped, 0);
+    let m = &report.recordings[0];
+    assert_eq!(m.state, RecordingState::Complete);
+    let f = m.frames_recorded();
+    assert!((18..=22).contains(&f), "{f} frames");
+    assert!(verify(&store, m.recording_id).unwrap().complete);
+}

@@ -38,7 +38,7 @@ pub fn verify(dir: &Path, recording: Option<u32>, json: bool) -> CliResult<ExitC
                 "  manifest: {:?}{}, window {:.3} s, {} slices durable, {} fragments found",
                 r.manifest.state,
                 if r.manifest.lossy { " LOSSY" } else { "" },
-                (r.manifest.end_ns - r.manifest.start_ns) as f64 / 1e9,
+                r.manifest.end_ns.saturating_sub(r.manifest.start_ns) as f64 / 1e9,
                 r.manifest.slices_durable,
                 r.fragments
             );

@@ -101,9 +101,13 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
     let pre_window = (a.pre * a.rate_per_link).ceil() as u64;
     let bound = a
         .dram_bound
-        .unwrap_or_else(|| (2 * pre_window * links).max(64 << 20));
+        .unwrap_or_else(|| pre_window.saturating_mul(2 * links).max(64 << 20));
     let ring_per_link = bound / links;
-    if ring_per_link < pre_window + frame_len as u64 * 16 {
+    // The ring keeps 1/16 of itself (at most 1024 frames) out of a trigger's reach while the
+    // producer runs on: the pre-trigger window must fit in the rest.
+    let ring_frames = ring_per_link / frame_len.max(1) as u64;
+    let slack = (ring_frames / 16).clamp(1, 1024);
+    if ring_frames < (pre_window / frame_len.max(1) as u64) + slack + 16 {
         return fail(format!(
             "--dram-bound {} gives each link {} of ring, less than its pre-trigger window ({} at {}/s for {} s): raise --dram-bound or lower --pre",
             human_bytes(bound as f64),
@@ -442,7 +446,7 @@ fn summarize(
                 m.state,
                 if m.lossy { " (LOSSY)" } else { "" },
                 m.triggers_ns.len(),
-                (m.end_ns - m.start_ns) as f64 / 1e9,
+                m.end_ns.saturating_sub(m.start_ns) as f64 / 1e9,
                 m.slices_durable,
                 m.frames_recorded(),
                 m.frames_dropped()

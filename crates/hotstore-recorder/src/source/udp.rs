@@ -79,6 +79,10 @@ pub fn run_udp(rec: &RecorderHandle, sockets: &[UdpSocket], stop: &AtomicBool) -
     let mut bufs = vec![0u8; cap * BATCH];
     let mut warned = false;
     loop {
+        // Checked every pass, so a stream that never pauses cannot keep the source running.
+        if stop.load(Ordering::Relaxed) {
+            return Ok(stats);
+        }
         let mut got_any = false;
         for (link, sock) in sockets.iter().enumerate() {
             let n = recv_batch(sock, &mut bufs, cap)?;
@@ -96,14 +100,16 @@ pub fn run_udp(rec: &RecorderHandle, sockets: &[UdpSocket], stop: &AtomicBool) -
                     }
                     continue;
                 }
-                let ts = frame::peek(d).map_or_else(now_ns, |h| h.ts_ns);
+                // A frame's own timestamp only if the whole frame checks and is this link's: a
+                // stray datagram must not move a recording's time.
+                let ts = match frame::check(d) {
+                    Ok(h) if h.link as usize == link => h.ts_ns,
+                    _ => now_ns(),
+                };
                 if !rec.push(link as u16, ts, d)? {
                     stats.dropped += 1;
                 }
             }
-        }
-        if stop.load(Ordering::Relaxed) && !got_any {
-            return Ok(stats);
         }
         if !got_any {
             let mut fds: Vec<libc::pollfd> = sockets
