@@ -6,23 +6,12 @@
 //! `crate::minidaq::plot::FONT_CANDIDATES`). Units: GB is 10^9 bytes.
 
 use super::report::{block_label, PointResult};
-use crate::minidaq::plot::{ensure_font, si, PlotError};
+use crate::minidaq::plot::{ensure_font, si, PlotError, PALETTE};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
 
 const FONT: &str = "sans-serif";
-/// matplotlib's "tab10".
-const PALETTE: [RGBColor; 8] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-];
 const PANEL_W: u32 = 520;
 const PANEL_H: u32 = 380;
 const TITLE_H: u32 = 44;

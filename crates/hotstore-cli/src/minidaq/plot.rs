@@ -154,8 +154,8 @@ pub(crate) fn write_png(
 
 const READOUT_COLOR: RGBColor = RGBColor(31, 119, 180);
 const COLLECT_COLOR: RGBColor = RGBColor(255, 127, 14);
-/// Colours for the sweep series (matplotlib's "tab10").
-const PALETTE: [RGBColor; 8] = [
+/// Colours for the sweep series (matplotlib's "tab10"); shared by every chart of the tool.
+pub(crate) const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),

@@ -1,17 +1,17 @@
 //! `record --plot`: input rate, output rate and DRAM backlog over time, with the backlog model
 //! (input - output) x time from each trigger and the configured bound (DUNE Fig. 6).
 
-use crate::minidaq::plot::{ensure_font, write_png, PlotError};
+use crate::minidaq::plot::{ensure_font, write_png, PlotError, PALETTE};
 use hotstore_recorder::Sample;
 use plotters::prelude::*;
 use std::path::Path;
 
 const FONT: &str = "sans-serif";
-const IN_COLOR: RGBColor = RGBColor(31, 119, 180);
-const OUT_COLOR: RGBColor = RGBColor(255, 127, 14);
-const BACKLOG_COLOR: RGBColor = RGBColor(44, 160, 44);
-const MODEL_COLOR: RGBColor = RGBColor(127, 127, 127);
-const BOUND_COLOR: RGBColor = RGBColor(214, 39, 40);
+const IN_COLOR: RGBColor = PALETTE[0];
+const OUT_COLOR: RGBColor = PALETTE[1];
+const BACKLOG_COLOR: RGBColor = PALETTE[2];
+const MODEL_COLOR: RGBColor = PALETTE[7];
+const BOUND_COLOR: RGBColor = PALETTE[3];
 
 /// Rates in MB/s between consecutive samples, smoothed over `bin` samples.
 fn rates(samples: &[Sample], bin: usize, f: impl Fn(&Sample) -> u64) -> Vec<(f64, f64)> {
