@@ -79,6 +79,8 @@ pub struct Config {
     pub keep: u64,
     /// Create and pre-fault the whole capacity when the store is opened (before timing).
     pub preallocate: bool,
+    /// put: the store tracks events (default policy) during the run.
+    pub events: bool,
     /// One JSON object instead of text.
     pub json: bool,
 }
@@ -114,6 +116,8 @@ struct Report {
     segment_size: u64,
     capacity_bytes: u64,
     verify_on_read: bool,
+    /// put: the store tracked events (every put accounted to its event).
+    events_tracked: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     keep: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -321,6 +325,10 @@ fn value_buffer(len: usize) -> Vec<u8> {
 fn put_run(base: &Path, cfg: &Config, seg: u64, cap: u64) -> CliResult<(Run, Domain)> {
     let (tmp, store) = fresh_store(base, cfg, seg, cap)?;
     let domain = store.stats().tiers[0].domain;
+    if cfg.events {
+        // Setting a policy is an event call: the store tracks events from here on.
+        store.set_event_policy(hotstore::EventPolicy::default())?;
+    }
     let value = value_buffer(cfg.value_size as usize);
     let w = measure(cfg.threads, cfg.duration, |t, counter, flags| {
         let mut n = 0u64;
@@ -546,6 +554,7 @@ pub fn run(cfg: &Config) -> CliResult<()> {
         segment_size: seg,
         capacity_bytes: cap,
         verify_on_read: cfg.verify_on_read,
+        events_tracked: cfg.events && cfg.op == Op::Put,
         keep: (cfg.op == Op::Put && cfg.keep > 0).then_some(cfg.keep),
         key_count,
         order: (cfg.op == Op::Get).then_some(cfg.order),

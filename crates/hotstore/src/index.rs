@@ -64,6 +64,11 @@ impl Borrow<[u8]> for IndexKey {
         self.as_bytes()
     }
 }
+impl std::hash::Hash for IndexKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write(self.as_bytes());
+    }
+}
 impl PartialEq for IndexKey {
     fn eq(&self, other: &Self) -> bool {
         self.as_bytes() == other.as_bytes()
@@ -131,8 +136,8 @@ const _: () = assert!(std::mem::size_of::<Loc>() == 24);
 pub struct ShardMap {
     /// Key → newest record.
     pub keys: BTreeMap<IndexKey, Loc>,
-    /// Event prefix → lifecycle state (see `events`).
-    pub(crate) events: BTreeMap<IndexKey, crate::events::EventEntry>,
+    /// The events whose fragments shard here, and their READY queue (see `events`).
+    pub(crate) events: crate::events::ShardEvents,
 }
 
 impl std::ops::Deref for ShardMap {
@@ -172,20 +177,29 @@ impl Index {
 
     /// The shard responsible for `key`.
     pub fn shard(&self, key: &[u8]) -> &Shard {
+        &self.shards[self.shard_no(key)]
+    }
+
+    /// The shard holding the event with this prefix (the shard of each of its fragments).
+    pub fn event_shard(&self, prefix: &[u8]) -> &Shard {
+        &self.shards[self.event_shard_no(prefix)]
+    }
+
+    /// The number of the shard holding the event with this prefix.
+    pub fn event_shard_no(&self, prefix: &[u8]) -> usize {
+        debug_assert_eq!(prefix.len(), self.prefix_len);
+        (crc32c::crc32c(prefix) as usize) & (SHARDS - 1)
+    }
+
+    /// The number of the shard responsible for `key`.
+    pub fn shard_no(&self, key: &[u8]) -> usize {
         let hashed = if key.len() == self.fragment_len {
             &key[..self.prefix_len]
         } else {
             key
         };
         // crc32c is a hardware instruction here and spreads sequential event numbers well.
-        let h = crc32c::crc32c(hashed);
-        &self.shards[(h as usize) & (SHARDS - 1)]
-    }
-
-    /// The shard holding the event with this prefix (the shard of each of its fragments).
-    pub fn event_shard(&self, prefix: &[u8]) -> &Shard {
-        debug_assert_eq!(prefix.len(), self.prefix_len);
-        &self.shards[(crc32c::crc32c(prefix) as usize) & (SHARDS - 1)]
+        (crc32c::crc32c(hashed) as usize) & (SHARDS - 1)
     }
 
     /// All shards (for scans and statistics).

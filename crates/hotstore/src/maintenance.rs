@@ -158,7 +158,7 @@ fn checkpoint_acked(inner: &Inner, segs: &[&Arc<Segment>]) -> bool {
         return true;
     }
     // Cloned so the set is not locked during the write.
-    let set = inner.events.acked.lock().clone();
+    let set = inner.events.acked.read().clone();
     match set.store(&*inner.tiers[0].medium, inner.events.prefix_len) {
         Ok(()) => true,
         Err(e) => {

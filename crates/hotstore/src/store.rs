@@ -813,9 +813,12 @@ impl Inner {
         body_crc: u32,
         shard: &mut ShardMap,
     ) -> Result<()> {
-        let fragment = self.events.is_fragment(key);
-        if fragment && kind == Kind::Put {
-            self.events.admit(shard, key)?;
+        // Event work only where the store tracks events (checked under the shard lock, which
+        // the tracking build also takes: see `Events::track`).
+        let fragment = shard.events.tracked && self.events.is_fragment(key);
+        let probe = fragment.then(|| IndexKey::new(&key[..self.events.prefix_len]));
+        if let (Some(probe), Kind::Put) = (&probe, kind) {
+            self.events.admit(&shard.events, key, probe)?;
         }
         let lsn = self.write_header(lane, seg, off, kind, key, value_len, body_crc)?;
         let len = record::record_len(key.len(), value_len) as u64;
@@ -823,7 +826,7 @@ impl Inner {
             Kind::Put => {
                 seg.live_records.fetch_add(1, Ordering::AcqRel);
                 seg.live_bytes.fetch_add(len, Ordering::Relaxed);
-                let old = shard.insert(
+                let old = shard.keys.insert(
                     IndexKey::new(key),
                     Loc {
                         seg: seg.clone(),
@@ -832,16 +835,18 @@ impl Inner {
                         lsn,
                     },
                 );
-                if fragment {
-                    self.events.on_put(shard, key, value_len, old.as_ref());
+                if let Some(probe) = probe {
+                    let no = self.index.event_shard_no(probe.as_bytes());
+                    self.events
+                        .on_put(&mut shard.events, no, key, probe, value_len, old.as_ref());
                 }
                 old
             }
             Kind::Tombstone => {
                 seg.dead_bytes.fetch_add(len, Ordering::Relaxed);
-                let old = shard.remove(&IndexKey::new(key));
+                let old = shard.keys.remove(&IndexKey::new(key));
                 if let (true, Some(o)) = (fragment, &old) {
-                    if let Some(mark) = self.events.on_remove(shard, key, o) {
+                    if let Some(mark) = self.events.on_remove(&mut shard.events, key, o) {
                         self.retire(&mark.seg, mark.rec_len);
                     }
                 }
@@ -1029,7 +1034,7 @@ impl Inner {
             layout: self.layout.to_string(),
             events: {
                 self.events.sweep(&self.index, Instant::now());
-                self.events.counts()
+                self.events.counts(&self.index)
             },
             poisoned: self.poisoned.lock().clone(),
             tiers,

@@ -65,6 +65,7 @@ impl Store {
     /// with its state, fragment count and bytes.
     pub fn events(&self, from: &EventId, to: Option<&EventId>, limit: usize) -> Vec<EventInfo> {
         let inner = &self.inner;
+        inner.events.track(&inner.index);
         inner.events.sweep(&inner.index, Instant::now());
         let upper = match to {
             Some(t) => Bound::Excluded(t.as_bytes()),
@@ -73,15 +74,39 @@ impl Store {
         if to.is_some_and(|t| t < from) {
             return Vec::new();
         }
+        // The entries are hashed; the keys are ordered: walk each shard's fragment keys from
+        // `from` and list the event of each new prefix, at most `limit` per shard.
+        let plen = inner.events.prefix_len;
+        let flen = inner.events.fragment_len;
         let mut out: Vec<EventInfo> = Vec::new();
         for shard in inner.index.shards() {
             let shard = shard.read();
-            for (k, e) in shard
-                .events
-                .range::<[u8], _>((Bound::Included(from.as_bytes()), upper))
-                .take(limit)
+            let mut listed = 0;
+            let mut last: Option<&[u8]> = None;
+            for (k, _) in shard
+                .keys
+                .range::<[u8], _>((Bound::Included(from.as_bytes()), Bound::Unbounded))
             {
-                out.push(e.info(k.as_bytes()));
+                let k = k.as_bytes();
+                if k.len() != flen || last == Some(&k[..plen]) {
+                    continue;
+                }
+                let prefix = &k[..plen];
+                if matches!(upper, Bound::Excluded(u) if prefix >= u) {
+                    break;
+                }
+                last = Some(prefix);
+                if let Some(e) = shard
+                    .events
+                    .entries
+                    .get(&crate::index::IndexKey::new(prefix))
+                {
+                    out.push(e.info(prefix));
+                    listed += 1;
+                    if listed == limit {
+                        break;
+                    }
+                }
             }
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));
@@ -110,16 +135,19 @@ impl Store {
         if inner.check_event_id(id).is_err() {
             return None;
         }
+        inner.events.track(&inner.index);
         inner.events.sweep(&inner.index, Instant::now());
         let shard = inner.index.event_shard(id.as_bytes()).read();
         shard
             .events
-            .get(id.as_bytes())
+            .entries
+            .get(&crate::index::IndexKey::new(id.as_bytes()))
             .map(|e| e.info(id.as_bytes()))
     }
 
     /// The policy that applies to events of `run` (the layout's first field).
     pub fn event_policy(&self, run: Option<u64>) -> EventPolicy {
+        // Reading a policy is not a use of events: no tracking starts here.
         self.inner.events.policies.read().for_run(run)
     }
 
@@ -191,22 +219,24 @@ impl Inner {
     }
 
     fn update_policies(&self, change: impl FnOnce(&mut super::policy::Policies)) -> Result<()> {
+        // Entries built now follow the old policy; the pass below applies the new one.
+        self.events.track(&self.index);
         {
-            let mut p = self.events.policies.write();
-            let mut next = p.clone();
+            let _serial = self.events.policy_change.lock();
+            let mut next = self.events.policies.read().clone();
             change(&mut next);
             next.store(&*self.tiers[0].medium)?;
-            *p = next;
+            self.events.set_policies(next);
         }
         // OPEN events the new policy completes become READY.
-        for shard in self.index.shards() {
+        for (no, shard) in self.index.shards().iter().enumerate() {
             let mut shard = shard.write();
-            let shard = &mut *shard;
-            for (k, e) in shard.events.iter_mut() {
+            let super::ShardEvents { entries, ready, .. } = &mut shard.events;
+            for (k, e) in entries.iter_mut() {
                 if matches!(e.state, super::State::Open) {
                     let expected = self.events.policy_for(k.as_bytes()).expected_fragments;
                     if expected > 0 && e.fragments >= expected {
-                        self.events.make_ready(e, k.as_bytes(), false);
+                        self.events.make_ready(ready, no, e, k.as_bytes(), false);
                     }
                 }
             }

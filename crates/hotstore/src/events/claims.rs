@@ -5,9 +5,9 @@
 use super::records::EventWrite;
 use super::{EventId, State};
 use crate::error::{Error, Result};
+use crate::index::IndexKey;
 use crate::options::Durability;
 use crate::store::Inner;
-use std::cmp::Reverse;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -171,25 +171,23 @@ impl Inner {
         let deadline = wait.map(|w| Instant::now() + w);
         let consumer: Arc<str> = consumer.into();
         let ev = &self.events;
+        ev.track(&self.index);
         loop {
             let next_timer = ev.sweep(&self.index, Instant::now());
-            let popped = ev.ready.lock().heap.pop();
-            if let Some(Reverse((seq, prefix))) = popped {
-                let p = prefix.as_bytes();
-                let mut shard = self.index.event_shard(p).write();
-                let Some(e) = shard.events.get_mut(p) else {
+            if let Some(no) = ev.oldest_ready_shard() {
+                let mut shard = self.index.shards()[no].write();
+                // Another consumer may have emptied this queue since: look again.
+                let Some((prefix, e)) = ev.pop_ready(&mut shard.events, no) else {
                     continue;
                 };
-                if !matches!(e.state, State::Ready { seq: s } if s == seq) {
-                    continue; // stale: the event moved on since it was queued
-                }
+                let p = prefix.as_bytes();
                 ev.leave_state(e);
                 let claim = ev.new_claim(p, lease);
-                e.state = State::Claimed {
-                    seq,
+                e.state = State::Claimed;
+                e.holder = Some(Box::new(super::Holder {
                     claim,
                     consumer: consumer.clone(),
-                };
+                }));
                 ev.enter_state(e);
                 return Ok(Some(Claim {
                     inner: self.clone(),
@@ -211,10 +209,7 @@ impl Inner {
                 return Ok(None);
             }
             let until = next_timer.map_or(deadline, |t| t.min(deadline));
-            let mut q = ev.ready.lock();
-            if q.heap.is_empty() {
-                ev.ready_cv.wait_until(&mut q, until);
-            }
+            ev.wait_ready(until);
         }
     }
 
@@ -228,9 +223,7 @@ impl Inner {
             Ack::Keep => EventWrite::Keep,
         };
         self.write_event_record(token.event.as_bytes(), what, durability, |e| match e {
-            Some(e) if matches!(e.state, State::Claimed { claim, .. } if claim == token.claim) => {
-                Ok(true)
-            }
+            Some(e) if e.claimed_by(token.claim) => Ok(true),
             _ => Err(claim_lost(token)),
         })
     }
@@ -242,24 +235,29 @@ impl Inner {
         if p.len() != self.events.prefix_len {
             return Err(claim_lost(token));
         }
-        let mut shard = self.index.event_shard(p).write();
-        let Some(e) = shard.events.get_mut(p) else {
+        self.events.track(&self.index);
+        let no = self.index.event_shard_no(p);
+        let probe = IndexKey::new(p);
+        let mut shard = self.index.shards()[no].write();
+        let super::ShardEvents { entries, ready, .. } = &mut shard.events;
+        let Some(e) = entries.get_mut(&probe) else {
             return Err(claim_lost(token));
         };
-        if !matches!(e.state, State::Claimed { claim, .. } if claim == token.claim) {
+        if !e.claimed_by(token.claim) {
             return Err(claim_lost(token));
         }
         self.events.count_released();
         if e.fragments == 0 {
             // Its fragments were removed one by one while it was claimed: nothing to offer.
-            let entry = shard.events.remove(p).expect("present above");
-            self.events.leave_state(&entry);
-            if let Some(m) = entry.mark {
-                self.retire(&m.seg, m.rec_len);
+            if let Some(entry) = entries.remove(&probe) {
+                self.events.leave_state(&entry);
+                if let Some(m) = entry.mark {
+                    self.retire(&m.seg, m.rec_len);
+                }
             }
             return Ok(());
         }
-        self.events.make_ready(e, p, false);
+        self.events.make_ready(ready, no, e, p, false);
         Ok(())
     }
 }

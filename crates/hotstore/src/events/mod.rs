@@ -21,8 +21,16 @@
 //! in event-id order, before any event that becomes READY later.
 //!
 //! Per-event state lives in the index shard of the event's fragments ([`EventEntry`]), under
-//! the same lock as its keys; the READY queue, the timers and the leases are global heaps
-//! touched once per event, never per fragment.
+//! the same lock as its keys, and so does that shard's READY queue: a fragment put takes no
+//! lock but its shard's. Consumers take the oldest READY event across shards by reading one
+//! atomic head per shard. The timers and the leases are global heaps touched once per event,
+//! never per fragment.
+//!
+//! Paid per use: a store starts *untracked* (no event state at all, a put does no event work)
+//! unless it holds event records, acknowledged events or a policy file. The first event call
+//! (a claim, seal, acknowledgement, listing or policy change) builds the table from the index,
+//! shard by shard under each shard's lock (see [`Events::track`]), and from then on every
+//! fragment put keeps it current.
 
 pub(crate) mod acked;
 mod api;
@@ -34,7 +42,7 @@ mod records;
 pub use claims::{Ack, Claim, ClaimToken};
 pub use policy::{EventPolicy, MAX_EXPECTED_FRAGMENTS};
 
-use crate::index::{IndexKey, Loc, ShardMap};
+use crate::index::{IndexKey, Loc, SHARDS};
 use crate::key::KeyLayout;
 use crate::segment::Segment;
 use acked::AckedSet;
@@ -42,9 +50,9 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use policy::Policies;
 use serde::Serialize;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -163,6 +171,12 @@ pub struct EventCounts {
     pub released_total: u64,
     /// Events that became READY by their timeout (since open).
     pub timed_out_total: u64,
+    /// Entries in the READY queues: READY events plus entries gone stale (their event's
+    /// fragments were removed) and not yet dropped. At most READY + max(1024, READY) per shard.
+    pub ready_queued: u64,
+    /// True once the store keeps event state. A store only used as a key-value store keeps
+    /// none (its puts do no event work) and reports zero counts until the first event call.
+    pub tracked: bool,
 }
 
 /// Where an event-mark record lives, for live accounting: a mark is a live record while its
@@ -174,37 +188,63 @@ pub(crate) struct MarkLoc {
     pub(crate) kept: bool,
 }
 
-#[derive(Clone)]
+/// Where an event is in its lifecycle.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum State {
     Open,
-    Ready {
-        seq: u64,
-    },
-    Claimed {
-        seq: u64,
-        claim: u64,
-        consumer: Arc<str>,
-    },
+    Ready,
+    Claimed,
     Kept,
 }
 
-/// An event's entry in its index shard.
-#[derive(Clone)]
+/// Who holds a claim (boxed in the entry: only CLAIMED events have one).
+pub(crate) struct Holder {
+    pub(crate) claim: u64,
+    pub(crate) consumer: Arc<str>,
+}
+
+/// An event's entry in its index shard: 40 bytes (asserted below), the parts only some
+/// events have (a claim, a live mark record) boxed.
 pub(crate) struct EventEntry {
-    pub(crate) fragments: u32,
     pub(crate) bytes: u64,
+    /// Its place in READY order: the sequence number it got when it first became READY (kept
+    /// while CLAIMED, so an event given back returns to its old place); 0 before.
+    pub(crate) seq: u64,
+    pub(crate) fragments: u32,
     pub(crate) state: State,
     pub(crate) incomplete: bool,
     pub(crate) sealed: bool,
-    pub(crate) mark: Option<MarkLoc>,
+    pub(crate) holder: Option<Box<Holder>>,
+    pub(crate) mark: Option<Box<MarkLoc>>,
 }
 
+const _: () = assert!(std::mem::size_of::<EventEntry>() == 40);
+
 impl EventEntry {
+    /// A new entry with `fragments` fragments of `bytes` value bytes, OPEN.
+    pub(crate) fn open(fragments: u32, bytes: u64) -> Self {
+        EventEntry {
+            bytes,
+            seq: 0,
+            fragments,
+            state: State::Open,
+            incomplete: false,
+            sealed: false,
+            holder: None,
+            mark: None,
+        }
+    }
+
+    /// True if claim `claim` holds this event.
+    pub(crate) fn claimed_by(&self, claim: u64) -> bool {
+        self.state == State::Claimed && self.holder.as_ref().is_some_and(|h| h.claim == claim)
+    }
+
     fn public_state(&self) -> EventState {
         match self.state {
             State::Open => EventState::Open,
-            State::Ready { .. } => EventState::Ready,
-            State::Claimed { .. } => EventState::Claimed,
+            State::Ready => EventState::Ready,
+            State::Claimed => EventState::Claimed,
             State::Kept => EventState::Kept,
         }
     }
@@ -217,20 +257,38 @@ impl EventEntry {
             sealed: self.sealed,
             fragments: self.fragments,
             bytes: self.bytes,
-            claimed_by: match &self.state {
-                State::Claimed { consumer, .. } => Some(consumer.to_string()),
+            claimed_by: match (&self.state, &self.holder) {
+                (State::Claimed, Some(h)) => Some(h.consumer.to_string()),
                 _ => None,
             },
         }
     }
 }
 
-/// READY events by the sequence number they got when they first became READY.
+/// One shard's event state, under the shard's lock: the event entries and the shard's READY
+/// queue. Limits: at most one entry per event with live fragments (or a claim), and at most one
+/// queue entry per READY event plus entries gone stale (claimed or removed), which are dropped
+/// when they reach the head.
 #[derive(Default)]
-pub(crate) struct ReadyQueue {
-    heap: BinaryHeap<Reverse<(u64, IndexKey)>>,
-    next_seq: u64,
+pub(crate) struct ShardEvents {
+    /// False until the store tracks events ([`Events::track`]): puts skip all event work.
+    pub(crate) tracked: bool,
+    /// Event prefix → lifecycle state (ordered: DAQ event ids mostly grow, so inserts append
+    /// at the right edge; a hash map measured no faster and larger).
+    pub(crate) entries: BTreeMap<IndexKey, EventEntry>,
+    /// READY events of this shard by the store-wide sequence number they got when they first
+    /// became READY (pushed in increasing order, so a push is O(1)).
+    ready: BinaryHeap<Reverse<(u64, IndexKey)>>,
+    /// Queue entries whose event left READY other than by being popped (its fragments were
+    /// removed): dropped in one pass once they are half the queue.
+    stale: usize,
 }
+
+/// Stale READY-queue entries a shard tolerates before it compacts its queue.
+const STALE_SLACK: usize = 1024;
+
+/// No READY event in a shard (its head is `u64::MAX`).
+const EMPTY_HEAD: u64 = u64::MAX;
 
 #[derive(Default)]
 struct Counters {
@@ -254,13 +312,30 @@ pub(crate) struct Events {
     /// Width of the layout's first field (the run) if it fits a u64.
     run_width: Option<usize>,
     pub(crate) policies: RwLock<Policies>,
-    pub(crate) ready: Mutex<ReadyQueue>,
+    /// Serialises policy changes (each replaces the whole file).
+    pub(crate) policy_change: Mutex<()>,
+    /// The default policy's fragment count, and whether any run overrides it: read without a
+    /// lock once per event (the common store has no overrides).
+    default_expected: AtomicU32,
+    run_overrides: AtomicBool,
+    /// True once every shard tracks events.
+    tracked: AtomicBool,
+    tracking: Mutex<()>,
+    /// Next READY sequence number (store-wide: oldest READY first across shards).
+    next_ready_seq: AtomicU64,
+    /// The smallest READY sequence number queued in each shard ([`EMPTY_HEAD`]: none), so a
+    /// consumer finds the oldest without locking every shard.
+    ready_heads: Box<[AtomicU64]>,
+    /// Consumers waiting for a READY event, and where they wait.
+    waiters: AtomicUsize,
+    ready_wait: Mutex<()>,
     pub(crate) ready_cv: Condvar,
     /// Deadlines of OPEN events with a timeout.
     timers: Mutex<BinaryHeap<Reverse<(Instant, IndexKey)>>>,
     /// Lease ends of CLAIMED events.
     leases: Mutex<BinaryHeap<Reverse<(Instant, u64, IndexKey)>>>,
-    pub(crate) acked: Mutex<AckedSet>,
+    /// Read on every new event (late-fragment check), written per acknowledgement.
+    pub(crate) acked: RwLock<AckedSet>,
     next_claim: AtomicU64,
     counters: Counters,
 }
@@ -268,19 +343,44 @@ pub(crate) struct Events {
 impl Events {
     pub(crate) fn new(layout: &KeyLayout, policies: Policies, acked: AckedSet) -> Self {
         let first = layout.fields()[0].width_bytes;
-        Events {
+        let events = Events {
             prefix_len: layout.event_prefix_len(),
             fragment_len: layout.key_len(),
             run_width: (first <= 8 && layout.event_fields() >= 1).then_some(first),
-            policies: RwLock::new(policies),
-            ready: Mutex::new(ReadyQueue::default()),
+            policies: RwLock::new(Policies::default()),
+            policy_change: Mutex::new(()),
+            default_expected: AtomicU32::new(0),
+            run_overrides: AtomicBool::new(false),
+            tracked: AtomicBool::new(false),
+            tracking: Mutex::new(()),
+            next_ready_seq: AtomicU64::new(1),
+            ready_heads: (0..SHARDS).map(|_| AtomicU64::new(EMPTY_HEAD)).collect(),
+            waiters: AtomicUsize::new(0),
+            ready_wait: Mutex::new(()),
             ready_cv: Condvar::new(),
             timers: Mutex::new(BinaryHeap::new()),
             leases: Mutex::new(BinaryHeap::new()),
-            acked: Mutex::new(acked),
+            acked: RwLock::new(acked),
             next_claim: AtomicU64::new(1),
             counters: Counters::default(),
-        }
+        };
+        events.set_policies(policies);
+        events
+    }
+
+    /// Replaces the policies (and the lock-free copy of what the put path reads).
+    pub(crate) fn set_policies(&self, policies: Policies) {
+        let mut p = self.policies.write();
+        self.default_expected
+            .store(policies.default.expected_fragments, Ordering::Relaxed);
+        self.run_overrides
+            .store(!policies.runs.is_empty(), Ordering::Relaxed);
+        *p = policies;
+    }
+
+    /// True once the store keeps event state.
+    pub(crate) fn is_tracked(&self) -> bool {
+        self.tracked.load(Ordering::Acquire)
     }
 
     /// The run number of an event prefix (the layout's first field), if it has one.
@@ -295,17 +395,38 @@ impl Events {
         self.policies.read().for_run(self.run_of(prefix))
     }
 
+    /// The fragment count that completes event `prefix`, without a lock unless some run has
+    /// its own policy.
+    fn expected_for(&self, prefix: &[u8]) -> u32 {
+        if self.run_overrides.load(Ordering::Relaxed) {
+            self.policy_for(prefix).expected_fragments
+        } else {
+            self.default_expected.load(Ordering::Relaxed)
+        }
+    }
+
+    /// The incomplete-event timeout of event `prefix`, without a lock unless some run has its
+    /// own policy or a timeout is set.
+    fn timeout_for(&self, prefix: &[u8]) -> Option<Duration> {
+        self.policy_for(prefix).timeout()
+    }
+
     pub(crate) fn is_fragment(&self, key: &[u8]) -> bool {
         key.len() == self.fragment_len
     }
 
     /// Checks, under the shard lock, that a put of fragment `key` may be published: refuses a
-    /// fragment whose event was acknowledged.
-    pub(crate) fn admit(&self, shard: &ShardMap, key: &[u8]) -> crate::Result<()> {
+    /// fragment whose event was acknowledged. `probe` is the key's event prefix as an index key.
+    pub(crate) fn admit(
+        &self,
+        shard: &ShardEvents,
+        key: &[u8],
+        probe: &IndexKey,
+    ) -> crate::Result<()> {
         let prefix = &key[..self.prefix_len];
-        let late = match shard.events.get(prefix) {
+        let late = match shard.entries.get(probe) {
             Some(e) => matches!(e.state, State::Kept),
-            None => self.acked.lock().contains(prefix),
+            None => self.acked.read().contains(prefix),
         };
         if late {
             self.counters.late.fetch_add(1, Ordering::Relaxed);
@@ -317,35 +438,39 @@ impl Events {
         Ok(())
     }
 
-    /// Accounts a published put of fragment `key` (`old`: the record it replaced).
+    /// Accounts a published put of fragment `key` (`old`: the record it replaced). One map
+    /// lookup (with the prefix as an index key: compared as machine words, no `memcmp`), the
+    /// policy read once per event, and for a new event one insert and at most one push.
     pub(crate) fn on_put(
         &self,
-        shard: &mut ShardMap,
+        shard: &mut ShardEvents,
+        shard_no: usize,
         key: &[u8],
+        probe: IndexKey,
         value_len: usize,
         old: Option<&Loc>,
     ) {
         let prefix = &key[..self.prefix_len];
-        let entry = match shard.events.get_mut(prefix) {
-            Some(e) => e,
-            None => {
-                self.counters.open.fetch_add(1, Ordering::Relaxed); // enter_state of an OPEN entry
-                if let Some(t) = self.policy_for(prefix).timeout() {
-                    self.timers
-                        .lock()
-                        .push(Reverse((Instant::now() + t, IndexKey::new(prefix))));
+        let ShardEvents { entries, ready, .. } = shard;
+        let entry = match entries.entry(probe) {
+            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                let expected = self.expected_for(prefix);
+                if expected == 0 || expected > 1 {
+                    if let Some(t) = self.timeout_for(prefix) {
+                        self.timers
+                            .lock()
+                            .push(Reverse((Instant::now() + t, v.key().clone())));
+                    }
                 }
-                shard
-                    .events
-                    .entry(IndexKey::new(prefix))
-                    .or_insert(EventEntry {
-                        fragments: 0,
-                        bytes: 0,
-                        state: State::Open,
-                        incomplete: false,
-                        sealed: false,
-                        mark: None,
-                    })
+                let entry = v.insert(EventEntry::open(1, value_len as u64));
+                if expected == 1 {
+                    // Complete with its first fragment (the default): straight to READY.
+                    self.push_ready(ready, shard_no, entry, prefix, false);
+                } else {
+                    self.enter_state(entry);
+                }
+                return;
             }
         };
         match old {
@@ -354,55 +479,150 @@ impl Events {
         }
         entry.bytes += value_len as u64;
         if matches!(entry.state, State::Open) {
-            let expected = self.policy_for(prefix).expected_fragments;
+            let expected = self.expected_for(prefix);
             if expected > 0 && entry.fragments >= expected {
-                self.make_ready(entry, prefix, false);
+                self.make_ready(ready, shard_no, entry, prefix, false);
             }
         }
     }
 
     /// Accounts the removal of fragment `key` (whose record was `old`). Returns the event's
     /// mark when the event is gone with it (the caller marks that record dead).
-    pub(crate) fn on_remove(&self, shard: &mut ShardMap, key: &[u8], old: &Loc) -> Option<MarkLoc> {
-        let prefix = &key[..self.prefix_len];
-        let entry = shard.events.get_mut(prefix)?;
+    pub(crate) fn on_remove(
+        &self,
+        shard: &mut ShardEvents,
+        key: &[u8],
+        old: &Loc,
+    ) -> Option<MarkLoc> {
+        let probe = IndexKey::new(&key[..self.prefix_len]);
+        let entry = shard.entries.get_mut(&probe)?;
         entry.fragments = entry.fragments.saturating_sub(1);
         entry.bytes -= u64::from(old.value_len).min(entry.bytes);
         // A claimed event stays until its claim settles (the consumer may still ack it).
-        if entry.fragments > 0 || matches!(entry.state, State::Claimed { .. }) {
+        if entry.fragments > 0 || entry.state == State::Claimed {
             return None;
         }
-        let entry = shard.events.remove(prefix)?;
+        let entry = shard.entries.remove(&probe)?;
         self.leave_state(&entry);
-        entry.mark
+        if entry.state == State::Ready {
+            // Its queue entry is stale now. A store nobody claims from would keep it forever:
+            // compact once the stale entries are half the queue (amortised O(1) per removal).
+            shard.stale += 1;
+            if shard.stale > STALE_SLACK && shard.stale * 2 > shard.ready.len() {
+                let entries = &shard.entries;
+                shard.ready.retain(|Reverse((seq, p))| {
+                    entries
+                        .get(p)
+                        .is_some_and(|e| e.state == State::Ready && e.seq == *seq)
+                });
+                shard.stale = 0;
+            }
+        }
+        entry.mark.map(|m| *m)
     }
 
-    /// OPEN → READY (or back to READY, keeping `seq`).
-    pub(crate) fn make_ready(&self, entry: &mut EventEntry, prefix: &[u8], incomplete: bool) {
-        let mut q = self.ready.lock();
-        let seq = match entry.state {
-            State::Open => {
-                q.next_seq += 1;
-                q.next_seq
-            }
-            State::Claimed { seq, .. } => seq,
-            State::Ready { .. } | State::Kept => return,
-        };
+    /// OPEN → READY (or back to READY, keeping `seq`), in shard `shard_no`'s queue.
+    pub(crate) fn make_ready(
+        &self,
+        ready: &mut BinaryHeap<Reverse<(u64, IndexKey)>>,
+        shard_no: usize,
+        entry: &mut EventEntry,
+        prefix: &[u8],
+        incomplete: bool,
+    ) {
+        if matches!(entry.state, State::Ready | State::Kept) {
+            return;
+        }
         self.leave_state(entry);
+        self.push_ready(ready, shard_no, entry, prefix, incomplete);
+    }
+
+    /// Puts an entry that is counted in no state (new, or just left its state) into READY.
+    fn push_ready(
+        &self,
+        ready: &mut BinaryHeap<Reverse<(u64, IndexKey)>>,
+        shard_no: usize,
+        entry: &mut EventEntry,
+        prefix: &[u8],
+        incomplete: bool,
+    ) {
+        if entry.seq == 0 {
+            entry.seq = self.next_ready_seq.fetch_add(1, Ordering::Relaxed);
+        }
+        let seq = entry.seq;
+        entry.holder = None;
         entry.incomplete |= incomplete;
-        entry.state = State::Ready { seq };
+        entry.state = State::Ready;
         self.enter_state(entry);
-        q.heap.push(Reverse((seq, IndexKey::new(prefix))));
-        drop(q);
-        self.ready_cv.notify_one();
+        ready.push(Reverse((seq, IndexKey::new(prefix))));
+        self.publish_head(ready, shard_no);
+        // SeqCst against the waiter's increment: either it sees our head or we see it waiting.
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.ready_wait.lock();
+            self.ready_cv.notify_all();
+        }
+    }
+
+    /// Publishes the smallest sequence number queued in shard `shard_no`.
+    fn publish_head(&self, ready: &BinaryHeap<Reverse<(u64, IndexKey)>>, shard_no: usize) {
+        let head = ready.peek().map_or(EMPTY_HEAD, |Reverse((s, _))| *s);
+        let slot = &self.ready_heads[shard_no];
+        if slot.load(Ordering::Relaxed) != head {
+            slot.store(head, Ordering::SeqCst);
+        }
+    }
+
+    /// The shard whose READY queue has the oldest head, if any queue is non-empty.
+    pub(crate) fn oldest_ready_shard(&self) -> Option<usize> {
+        let (shard, head) = self
+            .ready_heads
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (i, h.load(Ordering::SeqCst)))
+            .min_by_key(|(_, h)| *h)?;
+        (head != EMPTY_HEAD).then_some(shard)
+    }
+
+    /// Pops shard `shard_no`'s oldest READY event that is still READY (stale queue entries
+    /// are dropped on the way), with its entry.
+    pub(crate) fn pop_ready<'s>(
+        &self,
+        shard: &'s mut ShardEvents,
+        shard_no: usize,
+    ) -> Option<(IndexKey, &'s mut EventEntry)> {
+        let ShardEvents { entries, ready, .. } = shard;
+        let mut found = None;
+        while let Some(Reverse((seq, prefix))) = ready.pop() {
+            let current = entries
+                .get(&prefix)
+                .is_some_and(|e| e.state == State::Ready && e.seq == seq);
+            if current {
+                found = Some(prefix);
+                break;
+            }
+        }
+        self.publish_head(ready, shard_no);
+        let prefix = found?;
+        let entry = entries.get_mut(&prefix)?;
+        Some((prefix, entry))
+    }
+
+    /// Waits up to `until` for an event to become READY (or for a notification).
+    pub(crate) fn wait_ready(&self, until: Instant) {
+        let mut g = self.ready_wait.lock();
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        if self.oldest_ready_shard().is_none() {
+            self.ready_cv.wait_until(&mut g, until);
+        }
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// The count of entries in `entry`'s state.
     fn state_counter(&self, entry: &EventEntry) -> &AtomicU64 {
         match entry.state {
             State::Open => &self.counters.open,
-            State::Ready { .. } => &self.counters.ready,
-            State::Claimed { .. } => &self.counters.claimed,
+            State::Ready => &self.counters.ready,
+            State::Claimed => &self.counters.claimed,
             State::Kept => &self.counters.kept,
         }
     }
@@ -435,11 +655,13 @@ impl Events {
                 }
             };
             let Some(prefix) = due else { break };
-            let mut shard = index.event_shard(prefix.as_bytes()).write();
-            if let Some(e) = shard.events.get_mut(prefix.as_bytes()) {
+            let no = index.event_shard_no(prefix.as_bytes());
+            let mut shard = index.shards()[no].write();
+            let ShardEvents { entries, ready, .. } = &mut shard.events;
+            if let Some(e) = entries.get_mut(&prefix) {
                 if matches!(e.state, State::Open) {
                     self.counters.timed_out.fetch_add(1, Ordering::Relaxed);
-                    self.make_ready(e, prefix.as_bytes(), true);
+                    self.make_ready(ready, no, e, prefix.as_bytes(), true);
                 }
             }
         }
@@ -454,11 +676,13 @@ impl Events {
                 }
             };
             let Some((claim, prefix)) = due else { break };
-            let mut shard = index.event_shard(prefix.as_bytes()).write();
-            if let Some(e) = shard.events.get_mut(prefix.as_bytes()) {
-                if matches!(e.state, State::Claimed { claim: c, .. } if c == claim) {
+            let no = index.event_shard_no(prefix.as_bytes());
+            let mut shard = index.shards()[no].write();
+            let ShardEvents { entries, ready, .. } = &mut shard.events;
+            if let Some(e) = entries.get_mut(&prefix) {
+                if e.claimed_by(claim) {
                     self.counters.expired.fetch_add(1, Ordering::Relaxed);
-                    self.make_ready(e, prefix.as_bytes(), false);
+                    self.make_ready(ready, no, e, prefix.as_bytes(), false);
                 }
             }
         }
@@ -496,7 +720,12 @@ impl Events {
         claim
     }
 
-    pub(crate) fn counts(&self) -> EventCounts {
+    pub(crate) fn counts(&self, index: &crate::index::Index) -> EventCounts {
+        let ready_queued = index
+            .shards()
+            .iter()
+            .map(|s| s.read().events.ready.len() as u64)
+            .sum();
         let c = &self.counters;
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         EventCounts {
@@ -505,13 +734,15 @@ impl Events {
             claimed: g(&c.claimed),
             kept: g(&c.kept),
             incomplete: g(&c.incomplete),
-            acked_intervals: self.acked.lock().intervals() as u64,
+            acked_intervals: self.acked.read().intervals() as u64,
             late_fragments_total: g(&c.late),
             removed_total: g(&c.removed),
             kept_total: g(&c.kept_total),
             leases_expired_total: g(&c.expired),
             released_total: g(&c.released),
             timed_out_total: g(&c.timed_out),
+            ready_queued,
+            tracked: self.is_tracked(),
         }
     }
 }

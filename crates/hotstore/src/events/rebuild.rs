@@ -6,8 +6,13 @@
 //!    it) is live: `kept` → KEPT (acknowledged), `sealed` → sealed. Other marks are dead.
 //! 3. Every event with fragments gets an entry: KEPT, READY (sealed or expected count reached)
 //!    or OPEN (its timeout restarts now). Recovered READY events enter the queue in id order.
+//!
+//! Step 3 runs at open only if the store already uses events (it holds live marks, remembered
+//! acknowledgements or a policy of its own); otherwise the store starts untracked and the same
+//! step runs at the first event call ([`Events::track`]), over the keys present then.
 
-use super::{EventEntry, Events, MarkLoc, State};
+use super::policy::Policies;
+use super::{EventEntry, Events, MarkLoc, ShardEvents, State};
 use crate::index::{Index, IndexKey, TOMBSTONE_LEN};
 use crate::record::{self, Kind, EVENT_MARK_KEPT, EVENT_MARK_SEALED};
 use crate::recovery::{mark_dead, mark_live, pin, EventRecord};
@@ -20,7 +25,7 @@ pub(crate) fn rebuild(events: &Events, index: &Index, records: &[EventRecord]) {
     let plen = events.prefix_len;
     let flen = events.fragment_len;
     let mut removed_at: HashMap<&[u8], u64> = HashMap::new();
-    let mut acked = events.acked.lock();
+    let mut acked = events.acked.write();
     for r in records
         .iter()
         .filter(|r| r.kind == Kind::EventRemove && r.prefix.len() == plen)
@@ -61,11 +66,43 @@ pub(crate) fn rebuild(events: &Events, index: &Index, records: &[EventRecord]) {
             *newest = r;
         }
     }
+    let in_use = !marks.is_empty() || acked.intervals() > 0 || {
+        let p = events.policies.read();
+        p.default != Policies::default().default || !p.runs.is_empty()
+    };
+    drop(acked);
+    if in_use {
+        build(events, index, &marks);
+    }
+}
+
+impl Events {
+    /// Starts keeping event state, if the store does not yet: builds every shard's entries from
+    /// the keys it holds, under that shard's lock. A put holds its shard's lock while it checks
+    /// whether the shard is tracked, so each fragment is counted exactly once: by the build if
+    /// it was published before, by its own put if after. O(keys) once per store open.
+    pub(crate) fn track(&self, index: &Index) {
+        if self.is_tracked() {
+            return;
+        }
+        let _g = self.tracking.lock();
+        if !self.is_tracked() {
+            build(self, index, &HashMap::new());
+        }
+    }
+}
+
+/// Step 3: an entry for every event with fragments, in every shard; then marks the store
+/// tracked.
+fn build(events: &Events, index: &Index, marks: &HashMap<&[u8], &EventRecord>) {
+    let plen = events.prefix_len;
+    let flen = events.fragment_len;
     let now = Instant::now();
     let mut ready = Vec::new();
     let mut timers = Vec::new();
     for shard in index.shards() {
         let mut shard = shard.write();
+        let shard = &mut *shard;
         let mut found: Vec<(IndexKey, u32, u64)> = Vec::new();
         for (k, loc) in shard.keys.iter() {
             let k = k.as_bytes();
@@ -85,16 +122,16 @@ pub(crate) fn rebuild(events: &Events, index: &Index, records: &[EventRecord]) {
             let p = prefix.as_bytes();
             let mark = marks.get(p).map(|r| {
                 mark_live(&r.seg, r.rec_len);
-                MarkLoc {
+                Box::new(MarkLoc {
                     seg: r.seg.clone(),
                     rec_len: r.rec_len,
                     kept: r.mark == EVENT_MARK_KEPT,
-                }
+                })
             });
             let kept = mark.as_ref().is_some_and(|m| m.kept);
             let sealed = marks.get(p).is_some_and(|r| r.mark == EVENT_MARK_SEALED);
             if kept {
-                acked.insert(p);
+                events.acked.write().insert(p);
             }
             let policy = events.policy_for(p);
             let complete = policy.expected_fragments > 0 && fragments >= policy.expected_fragments;
@@ -109,25 +146,28 @@ pub(crate) fn rebuild(events: &Events, index: &Index, records: &[EventRecord]) {
                 }
                 State::Open
             };
-            let entry = EventEntry {
-                fragments,
-                bytes,
-                state,
-                incomplete: false,
-                sealed,
-                mark,
-            };
+            let mut entry = EventEntry::open(fragments, bytes);
+            entry.state = state;
+            entry.sealed = sealed;
+            entry.mark = mark;
             events.enter_state(&entry);
-            shard.events.insert(prefix, entry);
+            shard.events.entries.insert(prefix, entry);
         }
+        shard.events.tracked = true;
     }
-    drop(acked);
     ready.sort();
     for prefix in ready {
-        let mut shard = index.event_shard(prefix.as_bytes()).write();
-        if let Some(e) = shard.events.get_mut(prefix.as_bytes()) {
-            events.make_ready(e, prefix.as_bytes(), false);
+        let no = index.event_shard_no(prefix.as_bytes());
+        let mut shard = index.shards()[no].write();
+        let ShardEvents { entries, ready, .. } = &mut shard.events;
+        if let Some(e) = entries.get_mut(&prefix) {
+            if matches!(e.state, State::Open) {
+                events.make_ready(ready, no, e, prefix.as_bytes(), false);
+            }
         }
     }
     events.add_timers(timers);
+    events
+        .tracked
+        .store(true, std::sync::atomic::Ordering::Release);
 }

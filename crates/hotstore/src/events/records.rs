@@ -38,6 +38,7 @@ impl Inner {
             )));
         }
         self.check_poisoned()?;
+        self.events.track(&self.index);
         let (kind, value): (Kind, &[u8]) = match what {
             EventWrite::Seal => (Kind::EventMark, &[EVENT_MARK_SEALED]),
             EventWrite::Keep => (Kind::EventMark, &[EVENT_MARK_KEPT]),
@@ -53,7 +54,7 @@ impl Inner {
             seg.write_at(off + HEADER_LEN + prefix.len(), value);
         }
         let mut shard = self.index.event_shard(prefix).write();
-        if !check(shard.events.get(prefix))? {
+        if !check(shard.events.entries.get(&IndexKey::new(prefix)))? {
             drop(shard);
             drop(lane);
             // Nothing new, but what the caller was told must hold as asked.
@@ -99,13 +100,13 @@ impl Inner {
                 );
             }
         }
-        if let Some(entry) = shard.events.remove(prefix) {
+        if let Some(entry) = shard.events.entries.remove(&IndexKey::new(prefix)) {
             self.events.leave_state(&entry);
             if let Some(m) = entry.mark {
                 self.retire(&m.seg, m.rec_len);
             }
         }
-        self.events.acked.lock().insert(prefix);
+        self.events.acked.write().insert(prefix);
         self.events.count_removed();
     }
 
@@ -120,17 +121,19 @@ impl Inner {
         seg.live_records.fetch_add(1, Ordering::AcqRel);
         seg.live_bytes.fetch_add(rec_len, Ordering::Relaxed);
         let kept = what == EventWrite::Keep;
-        let Some(entry) = shard.events.get_mut(prefix) else {
+        let no = self.index.event_shard_no(prefix);
+        let super::ShardEvents { entries, ready, .. } = &mut shard.events;
+        let Some(entry) = entries.get_mut(&IndexKey::new(prefix)) else {
             // `check` saw the entry under this same lock.
             debug_assert!(false, "event vanished under its shard lock");
             self.retire(seg, rec_len);
             return;
         };
-        let new = MarkLoc {
+        let new = Box::new(MarkLoc {
             seg: seg.clone(),
             rec_len,
             kept,
-        };
+        });
         if let Some(old) = entry.mark.replace(new) {
             self.retire(&old.seg, old.rec_len);
         }
@@ -138,12 +141,12 @@ impl Inner {
             self.events.leave_state(entry);
             entry.state = State::Kept;
             self.events.enter_state(entry);
-            self.events.acked.lock().insert(prefix);
+            self.events.acked.write().insert(prefix);
             self.events.count_kept();
         } else {
             entry.sealed = true;
             if matches!(entry.state, State::Open) {
-                self.events.make_ready(entry, prefix, false);
+                self.events.make_ready(ready, no, entry, prefix, false);
             }
         }
     }

@@ -1,0 +1,116 @@
+//! Proves events are paid for per use: a store used as a plain key-value store keeps no event state; the first event call builds it exactly (each fragment counted once, even with puts racing the build); READY queues drop stale entries instead of growing; a reopen of a store that used events tracks them at once.
+
+mod common;
+
+use hotstore::medium::FaultMedium;
+use hotstore::{Ack, Durability, EventId, EventPolicy, FragmentKey, Store};
+use std::time::Duration;
+
+const LEASE: Duration = Duration::from_secs(30);
+
+fn frag(event: u64, det: u16) -> [u8; 16] {
+    FragmentKey::new(7, event, det, 0).to_bytes()
+}
+
+#[test]
+fn an_untracked_store_keeps_no_event_state_until_the_first_event_call() {
+    let m = FaultMedium::new("untracked");
+    let s = common::open_two_lanes(&m);
+    for e in (0..200u64).rev() {
+        s.put(&frag(e, 0), b"v", Durability::Memory).unwrap();
+    }
+    let before = s.stats().events;
+    assert!(!before.tracked, "puts alone must not start event tracking");
+    assert_eq!(
+        (before.open, before.ready, before.ready_queued),
+        (0, 0, 0),
+        "an untracked store holds no event entries or queue entries"
+    );
+    // The first claim builds the table; recovered-style order: oldest id first.
+    let c = s.next_event("c", LEASE).unwrap().expect("200 READY events");
+    assert_eq!(c.event(), &EventId::new(7, 0));
+    let after = s.stats().events;
+    assert!(after.tracked);
+    assert_eq!((after.ready, after.claimed), (199, 1));
+    c.ack(Ack::Remove).unwrap();
+    // From now on puts keep the table current.
+    s.put(&frag(1000, 0), b"v", Durability::Memory).unwrap();
+    assert_eq!(s.stats().events.ready, 200);
+}
+
+#[test]
+fn tracking_started_while_puts_run_counts_every_fragment_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::builder(dir.path()).lanes(2).open().unwrap();
+    const EVENTS: u64 = 20_000;
+    const FRAGMENTS: u16 = 4;
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            for e in 0..EVENTS {
+                for d in 0..FRAGMENTS {
+                    s.put(&frag(e, d), b"fragment", Durability::Memory).unwrap();
+                }
+            }
+        });
+        // Start tracking somewhere in the middle of the writes (wherever that falls).
+        while s.stats().entries < 1000 {
+            std::thread::yield_now();
+        }
+        let _ = s.events(&EventId::new(7, 0), None, 1);
+        writer.join().unwrap();
+    });
+    let listed = s.events(&EventId::new(7, 0), None, usize::MAX);
+    assert_eq!(listed.len() as u64, EVENTS);
+    for info in &listed {
+        assert_eq!(
+            (info.fragments, info.bytes),
+            (u32::from(FRAGMENTS), 8 * u64::from(FRAGMENTS)),
+            "event {}",
+            info.id
+        );
+    }
+    assert_eq!(s.stats().events.ready, EVENTS);
+}
+
+#[test]
+fn ready_queues_drop_stale_entries_in_a_store_nobody_claims_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::builder(dir.path()).open().unwrap();
+    s.set_event_policy(EventPolicy::default()).unwrap();
+    // Readout writes and removes events itself; no consumer ever claims.
+    let n = 200_000u64;
+    for e in 0..n {
+        s.put(&frag(e, 0), b"v", Durability::Memory).unwrap();
+        if e >= 10 {
+            assert!(s.remove(&frag(e - 10, 0), Durability::Memory).unwrap());
+        }
+    }
+    let c = s.stats().events;
+    assert_eq!(c.ready, 10);
+    // At most READY + max(1024, READY) per shard (32 shards), far below the 200 000 pushed.
+    assert!(
+        c.ready_queued <= 10 + 32 * 1025,
+        "queue grew with stale entries: {}",
+        c.ready_queued
+    );
+}
+
+#[test]
+fn a_store_that_used_events_is_tracked_again_after_a_reopen() {
+    let m = FaultMedium::new("reopen-tracked");
+    {
+        let s = common::open_two_lanes(&m);
+        s.set_event_policy(EventPolicy::expecting(2)).unwrap();
+        s.put(&frag(1, 0), b"a", Durability::Persisted).unwrap();
+        s.put(&frag(2, 0), b"a", Durability::Persisted).unwrap();
+        s.put(&frag(2, 1), b"b", Durability::Persisted).unwrap();
+        s.close().unwrap();
+    }
+    let s = common::open_two_lanes(&m.crash(None));
+    let c = s.stats().events;
+    assert!(
+        c.tracked,
+        "a store with its own policy tracks events from the open"
+    );
+    assert_eq!((c.open, c.ready), (1, 1));
+}
