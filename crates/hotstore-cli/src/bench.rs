@@ -81,6 +81,8 @@ pub struct Config {
     pub preallocate: bool,
     /// put: the store tracks events (default policy) during the run.
     pub events: bool,
+    /// Values at least this long go by direct I/O (`None`: the engine default).
+    pub direct_io_min: Option<u64>,
     /// One JSON object instead of text.
     pub json: bool,
 }
@@ -99,6 +101,12 @@ struct Run {
     copy_ops_per_sec: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     copy_bytes_per_sec: Option<f64>,
+    /// put: times a writer had to make a segment file itself or wait for one (warm-up
+    /// included), and the time it spent so (see `Stats::waits`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    segment_waits: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    segment_wait_secs: Option<f64>,
 }
 
 /// The one JSON object `--json` prints.
@@ -118,6 +126,10 @@ struct Report {
     verify_on_read: bool,
     /// put: the store tracked events (every put accounted to its event).
     events_tracked: bool,
+    /// Values at least this long went by direct I/O, where the tier takes it.
+    direct_io_min_value_bytes: u64,
+    /// How bulk records reached the tier: direct, buffered or mapped.
+    bulk_write_path: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     keep: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -307,6 +319,12 @@ fn fresh_store(
         .tier(TierSpec::new(".").capacity_bytes(capacity))
         .verify_on_read(cfg.verify_on_read)
         .preallocate_bytes(if cfg.preallocate { capacity } else { 0 })
+        .direct_io_min_value_bytes(
+            cfg.direct_io_min
+                .map_or(hotstore::DIRECT_IO_MIN_VALUE_BYTES, |m| {
+                    usize::try_from(m).unwrap_or(usize::MAX)
+                }),
+        )
         .open()?;
     Ok((tmp, store))
 }
@@ -322,9 +340,20 @@ fn value_buffer(len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn put_run(base: &Path, cfg: &Config, seg: u64, cap: u64) -> CliResult<(Run, Domain)> {
+/// The first tier's domain and bulk write path.
+fn tier_paths(store: &Store) -> (Domain, &'static str) {
+    let s = store.stats();
+    (s.tiers[0].domain, s.tiers[0].bulk_write_path)
+}
+
+fn put_run(
+    base: &Path,
+    cfg: &Config,
+    seg: u64,
+    cap: u64,
+) -> CliResult<(Run, (Domain, &'static str))> {
     let (tmp, store) = fresh_store(base, cfg, seg, cap)?;
-    let domain = store.stats().tiers[0].domain;
+    let domain = tier_paths(&store);
     if cfg.events {
         // Setting a policy is an event call: the store tracks events from here on.
         store.set_event_policy(hotstore::EventPolicy::default())?;
@@ -356,9 +385,13 @@ fn put_run(base: &Path, cfg: &Config, seg: u64, cap: u64) -> CliResult<(Run, Dom
             counter.store(n, Ordering::Relaxed);
         }
     })?;
+    let waits = store.stats().waits;
     store.close()?;
     drop(tmp);
-    Ok((run_of(&w, cfg.value_size), domain))
+    let mut run = run_of(&w, cfg.value_size);
+    run.segment_waits = Some(waits.segment.count);
+    run.segment_wait_secs = Some(waits.segment.total_ns as f64 / 1e9);
+    Ok((run, domain))
 }
 
 fn run_of(w: &Window, value_size: u64) -> Run {
@@ -371,6 +404,8 @@ fn run_of(w: &Window, value_size: u64) -> Run {
         stopped_full: w.stopped_full,
         copy_ops_per_sec: None,
         copy_bytes_per_sec: None,
+        segment_waits: None,
+        segment_wait_secs: None,
     }
 }
 
@@ -492,7 +527,7 @@ pub fn run(cfg: &Config) -> CliResult<()> {
         Op::Get => limits::memcpy_bandwidth(cfg.threads, MEMCPY_BUFFER_BYTES, LIMIT_RUN, 3),
     };
     let mut runs = Vec::with_capacity(cfg.repeat);
-    let mut domain = Domain::Volatile;
+    let mut domain = (Domain::Volatile, "mapped");
     let mut key_count = None;
     match cfg.op {
         Op::Put | Op::Recovery => {
@@ -511,7 +546,7 @@ pub fn run(cfg: &Config) -> CliResult<()> {
             }
             key_count = Some(n);
             let (tmp, store) = fresh_store(&base, cfg, seg, cap)?;
-            domain = store.stats().tiers[0].domain;
+            domain = tier_paths(&store);
             if !cfg.json {
                 eprintln!("populating {n} keys ...");
             }
@@ -550,11 +585,15 @@ pub fn run(cfg: &Config) -> CliResult<()> {
         duration_secs: m.duration_secs,
         requested_duration_secs: cfg.duration.as_secs_f64(),
         dir: base,
-        domain,
+        domain: domain.0,
         segment_size: seg,
         capacity_bytes: cap,
         verify_on_read: cfg.verify_on_read,
         events_tracked: cfg.events && cfg.op == Op::Put,
+        direct_io_min_value_bytes: cfg
+            .direct_io_min
+            .unwrap_or(hotstore::DIRECT_IO_MIN_VALUE_BYTES as u64),
+        bulk_write_path: domain.1,
         keep: (cfg.op == Op::Put && cfg.keep > 0).then_some(cfg.keep),
         key_count,
         order: (cfg.op == Op::Get).then_some(cfg.order),
@@ -605,6 +644,11 @@ fn print_human(out: &mut Out, r: &Report) -> CliResult<()> {
         human_bytes(r.segment_size as f64),
         human_bytes(r.capacity_bytes as f64)
     ))?;
+    if r.events_tracked {
+        out.line(format_args!(
+            "events: tracked (default policy): every put is accounted to its event"
+        ))?;
+    }
     if let Some(k) = r.keep {
         out.line(format_args!(
             "keys:   each thread keeps its newest {k} keys: every put also removes the oldest"
@@ -633,6 +677,12 @@ fn print_human(out: &mut Out, r: &Report) -> CliResult<()> {
         );
         if let (Some(o), Some(b)) = (run.copy_ops_per_sec, run.copy_bytes_per_sec) {
             line += &format!("; copying get: {}", rate(o, b));
+        }
+        if let (Some(n), Some(secs)) = (run.segment_waits, run.segment_wait_secs) {
+            if n > 0 {
+                line +=
+                    &format!("; writers waited for a segment file {n} times, {secs:.3} s in all");
+            }
         }
         if run.stopped_full {
             line += " (store full: stopped early)";

@@ -70,6 +70,17 @@ fn print_human(out: &mut Out, dir: &Path, stats: &Stats, report: &RecoveryReport
         "segments     {} in use, {free} free, {ready} ready",
         stats.segments
     ))?;
+    // An offline inspect opens the store itself: these are the waits of that open only.
+    let w = &stats.waits;
+    out.line(format_args!(
+        "waits        segment {} ({:.3} s), full {} ({:.3} s), sync {} ({:.3} s)",
+        w.segment.count,
+        w.segment.total_ns as f64 / 1e9,
+        w.full.count,
+        w.full.total_ns as f64 / 1e9,
+        w.sync.count,
+        w.sync.total_ns as f64 / 1e9
+    ))?;
     if let Some(why) = &stats.poisoned {
         out.line(format_args!("READ-ONLY    {why}"))?;
     }
@@ -80,6 +91,14 @@ fn print_human(out: &mut Out, dir: &Path, stats: &Stats, report: &RecoveryReport
             t.domain
         ))?;
         out.line(format_args!("             {}", t.power_safety()))?;
+        out.line(format_args!(
+            "             bulk records: {}",
+            match t.bulk_write_path {
+                "direct" => "direct I/O (O_DIRECT) for their aligned interior",
+                "buffered" => "buffered pwrite (this file system refused O_DIRECT)",
+                _ => "copied through the mapping",
+            }
+        ))?;
         out.line(format_args!(
             "             capacity {}, files {}",
             capacity(t.capacity_bytes),

@@ -28,7 +28,7 @@ use hotstore::Durability;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use util::{parse_secs, parse_size, CliError, CliResult, EXIT_ERROR};
+use util::{parse_secs, parse_size, parse_size_or_off, CliError, CliResult, EXIT_ERROR};
 
 /// Persistent hot storage for high-rate data acquisition: inspect, verify, dump, stress-test
 /// and benchmark a store.
@@ -198,6 +198,10 @@ struct StressArgs {
     /// Durability of every write and removal.
     #[arg(long, value_enum, default_value = "persisted")]
     durability: DurabilityArg,
+    /// Values at least this long go to a block tier by direct I/O (default: the engine's);
+    /// `off` never.
+    #[arg(long, value_parser = parse_size_or_off, value_name = "BYTES|off")]
+    direct_io_min: Option<u64>,
 }
 
 /// Measure embedded put or get throughput beside this machine's own limit.
@@ -282,6 +286,10 @@ struct BenchArgs {
     /// and its puts do no event work at all.
     #[arg(long)]
     events: bool,
+    /// Values at least this long go to a block tier by direct I/O (O_DIRECT for their aligned
+    /// interior). Default: the engine's (256 KiB); `off` never.
+    #[arg(long, value_parser = parse_size_or_off, value_name = "BYTES|off")]
+    direct_io_min: Option<u64>,
 }
 
 /// The DAQ benchmark: readout threads write events, collectors claim, check and acknowledge them.
@@ -403,6 +411,7 @@ fn run(cli: Cli) -> CliResult<ExitCode> {
             threads: a.threads as usize,
             seed: a.seed,
             max_value: a.max_value,
+            direct_io_min: a.direct_io_min,
             keys_per_thread: a.keys,
             segment_size: a.segment_size,
             capacity: a.capacity,
@@ -471,6 +480,7 @@ fn bench_run(op: bench::Op, a: BenchArgs) -> CliResult<()> {
         keep: a.keep,
         preallocate: a.preallocate,
         events: a.events,
+        direct_io_min: a.direct_io_min,
         json: a.json,
     })
 }

@@ -43,6 +43,8 @@ pub struct Config {
     pub seed: Option<u64>,
     /// Largest value.
     pub max_value: u64,
+    /// Values at least this long go by direct I/O (`None`: the engine default).
+    pub direct_io_min: Option<u64>,
     /// Live keys each thread aims to hold.
     pub keys_per_thread: usize,
     /// Segment size for a new store.
@@ -305,6 +307,9 @@ pub fn run(cfg: &Config) -> CliResult<()> {
     let (log, acked, lines) = AckLog::open(&cfg.ack_log)?;
     let default_lanes = StoreOptions::new(&cfg.dir).lanes;
     let mut opts = Store::builder(&cfg.dir).lanes(cfg.threads.max(default_lanes));
+    if let Some(min) = cfg.direct_io_min {
+        opts = opts.direct_io_min_value_bytes(usize::try_from(min).unwrap_or(usize::MAX));
+    }
     if let Some(s) = cfg.segment_size {
         opts = opts.segment_size_bytes(usize::try_from(s).unwrap_or(usize::MAX));
     }

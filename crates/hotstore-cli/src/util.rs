@@ -100,6 +100,14 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
 
 /// Parses a byte count: a plain number, or one with a binary suffix `K`/`KiB`, `M`/`MiB`,
 /// `G`/`GiB` (all powers of 1024; `B` is accepted and ignored). `10KiB` = 10240.
+/// [`parse_size`], or `off` for "never" (`u64::MAX`).
+pub fn parse_size_or_off(s: &str) -> Result<u64, String> {
+    if s.trim().eq_ignore_ascii_case("off") {
+        return Ok(u64::MAX);
+    }
+    parse_size(s)
+}
+
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());

@@ -362,6 +362,27 @@ fn kill9_block() {
     );
 }
 
+/// Block tier with values up to 1 MiB written by direct I/O from 4 KiB on: kills land in the
+/// middle of direct writes (a record's header is written after its direct interior, so an
+/// interrupted one has no valid header and is cut).
+#[test]
+fn kill9_block_direct_io() {
+    crash_loop(
+        "block-direct",
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &[
+            "--segment-size",
+            "8MiB",
+            "--max-value",
+            "1MiB",
+            "--keys",
+            "100",
+            "--direct-io-min",
+            "4KiB",
+        ],
+    );
+}
+
 /// Volatile tier (/dev/shm): far more operations per run, segments recycled constantly.
 #[test]
 fn kill9_memory() {

@@ -31,6 +31,11 @@ struct StateLabel {
     state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WaitLabel {
+    kind: String,
+}
+
 /// Error kinds counted (see `error::error_kind`).
 const ERROR_KINDS: [&str; 9] = [
     "protocol",
@@ -64,6 +69,9 @@ pub struct Metrics {
     rejected: Gauge,
     store_gauges: Vec<(&'static str, Gauge)>,
     events: Family<StateLabel, Gauge>,
+    /// The engine's wait counters (`Stats::waits`), mirrored at each scrape.
+    waits: Family<WaitLabel, Counter>,
+    wait_ns: Family<WaitLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -132,6 +140,8 @@ impl Metrics {
             .map(|n| (n, Gauge::default()))
             .collect(),
             events: Family::default(),
+            waits: Family::default(),
+            wait_ns: Family::default(),
             registry,
         };
         let mut m = m;
@@ -175,6 +185,16 @@ impl Metrics {
             r.register(*name, "Store statistics (see STORE.STATS)", g.clone());
         }
         r.register("events", "Events by state", m.events.clone());
+        r.register(
+            "store_waits",
+            "Times writers waited, by kind (segment: no prepared file; full: store full; sync: group commit)",
+            m.waits.clone(),
+        );
+        r.register(
+            "store_wait_nanoseconds",
+            "Time writers waited, by kind",
+            m.wait_ns.clone(),
+        );
         m
     }
 
@@ -225,6 +245,15 @@ impl Metrics {
                     state: state.into(),
                 })
                 .set(n as i64);
+        }
+        let w = &st.waits;
+        for (kind, wait) in [("segment", w.segment), ("full", w.full), ("sync", w.sync)] {
+            let label = WaitLabel { kind: kind.into() };
+            // Counters only go up: add what the engine counted since the last scrape.
+            let count = self.waits.get_or_create(&label);
+            count.inc_by(wait.count.saturating_sub(count.get()));
+            let ns = self.wait_ns.get_or_create(&label);
+            ns.inc_by(wait.total_ns.saturating_sub(ns.get()));
         }
         self.connected
             .set(shared.clients.connected.load(Ordering::Relaxed) as i64);

@@ -43,8 +43,10 @@ pub use events::{
 pub use key::{FragmentKey, KeyField, KeyLayout, MAX_KEY_LEN};
 pub use medium::Domain;
 pub use meta::{Meta, TierMeta, FORMAT_VERSION, META_FILE};
-pub use options::{Durability, RecoveryMode, StoreOptions, TierSpec, WriteOptions};
+pub use options::{
+    Durability, RecoveryMode, StoreOptions, TierSpec, WriteOptions, DIRECT_IO_MIN_VALUE_BYTES,
+};
 pub use record::MAX_VALUE_LEN;
 pub use recovery::RecoveryReport;
-pub use stats::{Stats, TierStats};
+pub use stats::{Stats, TierStats, Wait, Waits};
 pub use store::{Reservation, Store, MAX_VALUE_PARTS};

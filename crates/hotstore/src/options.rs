@@ -140,7 +140,16 @@ pub struct StoreOptions {
     /// allocation: the store is a preallocated buffer from the start, as a DAQ buffer should
     /// be. Default 0 (files are prepared in the background as writers need them).
     pub preallocate_bytes: u64,
+    /// Values at least this long are written to `block` tiers with direct I/O (their 4 KiB
+    /// aligned interior bypasses the page cache; see `medium::direct`), where the file system
+    /// takes O_DIRECT. Default [`DIRECT_IO_MIN_VALUE_BYTES`] (the crossover measured in
+    /// docs/benchmarks.md); `usize::MAX` turns direct I/O off.
+    pub direct_io_min_value_bytes: usize,
 }
+
+/// Default of [`StoreOptions::direct_io_min_value_bytes`]: below it a buffered write plus the
+/// group commit's write-back is as fast as a direct write (measured: docs/benchmarks.md).
+pub const DIRECT_IO_MIN_VALUE_BYTES: usize = 256 << 10;
 
 impl std::fmt::Debug for StoreOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -152,6 +161,7 @@ impl std::fmt::Debug for StoreOptions {
             .field("layout", &self.layout.as_ref().map(|l| l.to_string()))
             .field("recovery", &self.recovery)
             .field("verify_on_read", &self.verify_on_read)
+            .field("direct_io_min_value_bytes", &self.direct_io_min_value_bytes)
             .finish()
     }
 }
@@ -173,6 +183,7 @@ impl StoreOptions {
             create_if_missing: true,
             media: None,
             preallocate_bytes: 0,
+            direct_io_min_value_bytes: DIRECT_IO_MIN_VALUE_BYTES,
         }
     }
 
@@ -219,6 +230,11 @@ impl StoreOptions {
     /// Preallocates and pre-faults this many bytes of segments at open.
     pub fn preallocate_bytes(mut self, bytes: u64) -> Self {
         self.preallocate_bytes = bytes;
+        self
+    }
+    /// Writes values of at least `bytes` with direct I/O on block tiers (`usize::MAX`: never).
+    pub fn direct_io_min_value_bytes(mut self, bytes: usize) -> Self {
+        self.direct_io_min_value_bytes = bytes;
         self
     }
     /// Opens (or creates) the store.

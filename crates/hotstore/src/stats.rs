@@ -13,6 +13,9 @@ pub struct TierStats {
     pub domain: Domain,
     /// Whether a `Persisted` write on this tier survives a power cut.
     pub survives_power_cut: bool,
+    /// How bulk records reach the tier's files: `direct` (O_DIRECT for their aligned
+    /// interior), `buffered` (pwrite; the file system refused O_DIRECT) or `mapped` (memory).
+    pub bulk_write_path: &'static str,
     /// Configured capacity (0 = the file system decides).
     pub capacity_bytes: u64,
     /// Bytes of segment files held (in use, free and ready).
@@ -64,6 +67,8 @@ pub struct Stats {
     pub removes: u64,
     /// Writes refused with StoreFull since open.
     pub full_errors: u64,
+    /// Where writers waited since open (a stall is counted, not guessed).
+    pub waits: Waits,
     /// Key layout.
     pub layout: String,
     /// Events by state, and lifecycle counters.
@@ -72,4 +77,26 @@ pub struct Stats {
     pub poisoned: Option<String>,
     /// Per tier.
     pub tiers: Vec<TierStats>,
+}
+
+/// One kind of wait: how many times, and the total time.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Wait {
+    /// Waits since open.
+    pub count: u64,
+    /// Their total duration, nanoseconds.
+    pub total_ns: u64,
+}
+
+/// Where writers waited since open.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Waits {
+    /// A writer needed a new segment file and none was prepared: it made one itself (or
+    /// waited for one being prepared). Zero in steady state while maintenance keeps up.
+    pub segment: Wait,
+    /// A writer waited for space in a full store (only with a `full_wait`).
+    pub full: Wait,
+    /// A `Persisted` write on a block tier waited for its group commit (the device's cost,
+    /// expected: the others are stalls).
+    pub sync: Wait,
 }

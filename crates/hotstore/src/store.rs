@@ -49,6 +49,34 @@ pub(crate) struct PaddedLane(pub(crate) Mutex<Lane>);
 #[derive(Default)]
 pub(crate) struct Counters {
     pub(crate) full_errors: AtomicU64,
+    /// Writers that had to make a segment file themselves or wait for one being prepared.
+    pub(crate) segment_waits: WaitCounter,
+    /// Writers that waited for space in a full store (`full_wait`).
+    pub(crate) full_waits: WaitCounter,
+    /// `Persisted` writes on a block tier waiting for their group commit.
+    pub(crate) sync_waits: WaitCounter,
+}
+
+/// How often something waited, and for how long in total.
+#[derive(Default)]
+pub(crate) struct WaitCounter {
+    count: AtomicU64,
+    nanos: AtomicU64,
+}
+
+impl WaitCounter {
+    pub(crate) fn record(&self, d: Duration) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.nanos
+            .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> crate::stats::Wait {
+        crate::stats::Wait {
+            count: self.count.load(Ordering::Relaxed),
+            total_ns: self.nanos.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// State shared by the handle and the maintenance thread.
@@ -56,6 +84,8 @@ pub(crate) struct Inner {
     pub(crate) dir: PathBuf,
     pub(crate) layout: KeyLayout,
     pub(crate) verify_on_read: bool,
+    /// Values at least this long go to block tiers by direct I/O.
+    pub(crate) direct_min: usize,
     pub(crate) tiers: Vec<Tier>,
     pub(crate) index: Index,
     pub(crate) events: Events,
@@ -135,7 +165,7 @@ impl Store {
                     .filter(|t| t.path.as_os_str() == "." || t.path == options.dir)
                     .and_then(|t| t.domain)
                     .unwrap_or_else(|| crate::medium::detect_domain(&options.dir).0);
-                (Arc::new(FileMedium::new(&options.dir, d)?), Some(d))
+                (Arc::new(file_medium(&options.dir, d, &options)?), Some(d))
             }
         };
         let lock = root.lock()?;
@@ -223,11 +253,12 @@ impl Store {
                     ),
                 })?,
                 None if i == 0 && t.path == "." => {
-                    Arc::new(FileMedium::new(&options.dir, t.domain)?)
+                    Arc::new(file_medium(&options.dir, t.domain, &options)?)
                 }
-                None => Arc::new(FileMedium::new(
-                    resolve(&options.dir, Path::new(&t.path)),
+                None => Arc::new(file_medium(
+                    &resolve(&options.dir, Path::new(&t.path)),
                     t.domain,
+                    &options,
                 )?),
             };
             tiers.push(Tier::new(i, medium, t.capacity_bytes, segment_size));
@@ -252,6 +283,7 @@ impl Store {
         let mut need_summary = Vec::new();
         let mut free_lanes = lanes.iter_mut();
         for seg in recovered.need_summary {
+            seg.forget_synced();
             // Not a torn tail: the slot at `end` still holds the torn record's header, which a
             // write interrupted between body and header could make valid again.
             let torn = recovered
@@ -275,6 +307,7 @@ impl Store {
             dir: options.dir.clone(),
             layout,
             verify_on_read: options.verify_on_read,
+            direct_min: options.direct_io_min_value_bytes,
             tiers,
             index,
             events,
@@ -373,7 +406,13 @@ impl Store {
         // single store through the mapping would map its page writable, and every write-back of
         // that page then costs a TLB shoot-down and a page fault (25% of the time in a profile).
         let bulk = is_bulk(value_len);
-        let written = unsafe { seg.write_body_parts(off + HEADER_LEN, all, bulk) };
+        let written = if value_len >= self.inner.direct_min {
+            // Safety: as above.
+            unsafe { seg.write_body_parts_direct(off + HEADER_LEN, all) }.map(|_| ())
+        } else {
+            // Safety: as above.
+            unsafe { seg.write_body_parts(off + HEADER_LEN, all, bulk) }
+        };
         if let Err(e) = written {
             // Page-cache state after a failed write is unknown: refuse further writes.
             self.inner.poison(&e);
@@ -597,6 +636,18 @@ impl Drop for Store {
     }
 }
 
+/// A tier directory as a medium, with direct I/O off if no value would use it.
+fn file_medium(dir: &Path, domain: Domain, options: &StoreOptions) -> Result<FileMedium> {
+    let m = FileMedium::new(dir, domain)?;
+    Ok(
+        if options.direct_io_min_value_bytes as u64 > MAX_VALUE_LEN {
+            m.without_direct_io()
+        } else {
+            m
+        },
+    )
+}
+
 fn resolve(dir: &Path, p: &Path) -> PathBuf {
     if p.is_absolute() {
         p.to_path_buf()
@@ -715,9 +766,11 @@ impl Inner {
                     };
                     let mut g = self.space.0.lock();
                     if *g == generation {
+                        let t = Instant::now();
                         self.space
                             .1
                             .wait_for(&mut g, remaining.min(Duration::from_millis(50)));
+                        self.counters.full_waits.record(t.elapsed());
                     }
                 }
                 Err(e) => return Err(e),
@@ -751,16 +804,17 @@ impl Inner {
         } else {
             self.removal_reserve()
         };
-        let (tier, (slot, region)) = self.take_region(len, reserve)?;
+        let started = Instant::now();
+        let (tier, (slot, region), pooled) = self.take_region(len, reserve)?;
+        if !pooled {
+            // The writer made the file itself or waited for one being prepared: a stall.
+            self.counters.segment_waits.record(started.elapsed());
+        }
+        // Wake maintenance now to replace what was taken (it also runs on a timer).
+        self.send(Job::Prepare);
         let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
-        let seg = Arc::new(Segment::new(
-            id,
-            tier,
-            slot,
-            region,
-            SEGMENT_HEADER_LEN,
-            SEGMENT_HEADER_LEN,
-        ));
+        // Synced watermark 0: the header is persisted with the segment's first records.
+        let seg = Arc::new(Segment::new(id, tier, slot, region, SEGMENT_HEADER_LEN, 0));
         if let Err(e) = seg.write_header(now_ns()) {
             self.poison(&e);
             return Err(e);
@@ -778,11 +832,12 @@ impl Inner {
         self.lanes.len().min(2)
     }
 
-    /// A file of `len` bytes from the first tier with room; `StoreFull` if none has.
-    fn take_region(&self, len: usize, reserve: usize) -> Result<(usize, SlotRegion)> {
+    /// A file of `len` bytes from the first tier with room, and whether it came from a pool
+    /// (no wait); `StoreFull` if no tier has room.
+    fn take_region(&self, len: usize, reserve: usize) -> Result<(usize, SlotRegion, bool)> {
         for tier in &self.tiers {
-            if let Some(r) = tier.take(len, reserve)? {
-                return Ok((tier.index, r));
+            if let Some((r, pooled)) = tier.take(len, reserve)? {
+                return Ok((tier.index, r, pooled));
             }
         }
         Err(Error::StoreFull {
@@ -947,7 +1002,10 @@ impl Inner {
             }
             Domain::Block => {
                 drop(lane);
-                self.commit.persist(seg)
+                let t = Instant::now();
+                let r = self.commit.persist(seg);
+                self.counters.sync_waits.record(t.elapsed());
+                r
             }
         };
         if let Err(e) = &result {
@@ -1005,6 +1063,7 @@ impl Inner {
                     path: t.medium.path().to_path_buf(),
                     domain: t.domain(),
                     survives_power_cut: t.medium.survives_power_cut(),
+                    bulk_write_path: t.medium.bulk_write_path(),
                     capacity_bytes: t.capacity_bytes,
                     file_bytes: t.used_bytes(),
                     segments: 0,
@@ -1031,6 +1090,11 @@ impl Inner {
             puts: self.lanes.iter().map(|l| l.0.lock().puts).sum(),
             removes: self.lanes.iter().map(|l| l.0.lock().removes).sum(),
             full_errors: self.counters.full_errors.load(Ordering::Relaxed),
+            waits: crate::stats::Waits {
+                segment: self.counters.segment_waits.get(),
+                full: self.counters.full_waits.get(),
+                sync: self.counters.sync_waits.get(),
+            },
             layout: self.layout.to_string(),
             events: {
                 self.events.sweep(&self.index, Instant::now());

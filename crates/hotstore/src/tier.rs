@@ -8,10 +8,21 @@
 use crate::error::{Error, Result};
 use crate::medium::{Domain, Medium, Region};
 use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-/// Ready (pre-faulted) files kept in stock per tier.
+/// Ready (pre-faulted) files kept in stock per tier at least.
 pub const READY_TARGET: usize = 2;
+/// How far ahead of the writers the stock reaches: enough files for this long at the rate
+/// segments were taken recently, so a writer never makes a file itself while maintenance keeps
+/// up (preparing a 64 MiB file costs 10-30 ms of zeroing; a writer at memory speed fills one
+/// in 10 ms).
+pub const READY_LOOKAHEAD: Duration = Duration::from_millis(250);
+/// Most bytes of ready files kept in stock (they hold memory on a memory tier).
+pub const READY_MAX_BYTES: u64 = 1 << 30;
+/// Takes remembered for the rate estimate.
+const RECENT_TAKES: usize = 8;
 
 /// A segment file handed out by a tier.
 pub type SlotRegion = (u32, Arc<dyn Region>);
@@ -26,6 +37,17 @@ struct TierState {
     /// Ready files being created right now (their space is counted in `used_bytes` but they
     /// are not pooled yet).
     preparing: usize,
+    /// When writers last took standard files, for the stock target.
+    recent_takes: VecDeque<Instant>,
+}
+
+impl TierState {
+    fn note_take(&mut self) {
+        if self.recent_takes.len() == RECENT_TAKES {
+            self.recent_takes.pop_front();
+        }
+        self.recent_takes.push_back(Instant::now());
+    }
 }
 
 /// One tier of the store.
@@ -67,6 +89,7 @@ impl Tier {
                 ready: Vec::new(),
                 device_full: false,
                 preparing: 0,
+                recent_takes: VecDeque::new(),
             }),
             prepared: Condvar::new(),
         }
@@ -102,18 +125,48 @@ impl Tier {
         self.capacity_bytes == 0 || s.used_bytes + len as u64 <= self.capacity_bytes
     }
 
-    /// A file of `len` bytes, or `None` if the tier is full. Unless the file is for removals,
+    /// Ready files to keep in stock: [`READY_LOOKAHEAD`] at the rate files were taken
+    /// recently (at least [`READY_TARGET`], at most [`READY_MAX_BYTES`]).
+    fn ready_target(&self, s: &TierState) -> usize {
+        let most = (READY_MAX_BYTES / self.segment_size.max(1) as u64).max(READY_TARGET as u64);
+        let (Some(first), Some(last)) = (s.recent_takes.front(), s.recent_takes.back()) else {
+            return READY_TARGET;
+        };
+        let n = s.recent_takes.len();
+        if n < 2 || last.elapsed() > READY_LOOKAHEAD * 8 {
+            return READY_TARGET; // idle writers: the minimum stock
+        }
+        let interval = (*last - *first) / (n as u32 - 1);
+        let want = (READY_LOOKAHEAD.as_nanos() / interval.as_nanos().max(1)) as u64 + 1;
+        want.clamp(READY_TARGET as u64, most) as usize
+    }
+
+    /// A file of `len` bytes and whether it came from a pool (true) or was made or waited for
+    /// by the caller (false), or `None` if the tier is full. Unless the file is for removals,
     /// `reserve` standard files' worth of space must remain afterwards, so that a full store
     /// can still take the tombstones that free it.
-    pub fn take(&self, len: usize, reserve: usize) -> Result<Option<SlotRegion>> {
+    pub fn take(&self, len: usize, reserve: usize) -> Result<Option<(SlotRegion, bool)>> {
+        let taken = self.take_inner(len, reserve)?;
+        if taken.is_some() && len == self.segment_size {
+            self.state.lock().note_take();
+        }
+        Ok(taken)
+    }
+
+    fn take_inner(&self, len: usize, reserve: usize) -> Result<Option<(SlotRegion, bool)>> {
         // Fix (found by tests/full.rs): on a tier bounded only by its device, a put must leave
         // `reserve` pooled files too: once the device is full they are the only room the
         // tombstones that free it have (after a reopen, when no lane has an active segment,
         // the only room at all). So the pool is topped up to `reserve` first, and a put only
         // takes a pooled file beyond those; else it creates one, which a full device refuses.
         let held_back = if self.capacity_bytes == 0 { reserve } else { 0 };
-        if held_back > 0 && !self.top_up(held_back)? {
-            return Ok(None);
+        let mut waited = false;
+        if held_back > 0 {
+            let (ok, made) = self.top_up(held_back)?;
+            if !ok {
+                return Ok(None);
+            }
+            waited |= made;
         }
         // Fix (found by tests/full.rs): a file the maintenance thread is preparing is room
         // too. Its space is already counted as used but it is not pooled yet, so a put racing
@@ -131,7 +184,7 @@ impl Tier {
                     }
                     if room && len == self.segment_size && pooled > held_back {
                         if let Some(r) = s.free.pop().or_else(|| s.ready.pop()) {
-                            return Ok(Some(r));
+                            return Ok(Some((r, !waited)));
                         }
                     }
                     if room && self.fits(&s, len) {
@@ -140,6 +193,7 @@ impl Tier {
                     if s.preparing == 0 {
                         return Ok(None);
                     }
+                    waited = true;
                     self.prepared.wait(&mut s);
                 }
                 s.used_bytes += len as u64;
@@ -147,7 +201,7 @@ impl Tier {
                 s.next_slot - 1
             };
             if let Some(r) = self.create(slot, len)? {
-                return Ok(Some(r));
+                return Ok(Some((r, false)));
             }
             // The device is full; a file prepared meanwhile may be the room that is left.
             let s = self.state.lock();
@@ -177,42 +231,54 @@ impl Tier {
         pooled
     }
 
-    /// Creates ready files until `want` files are pooled; false if the tier or device is full.
-    fn top_up(&self, want: usize) -> Result<bool> {
+    /// Creates ready files until `want` files are pooled: (false if the tier or device is
+    /// full, true if the caller had to make or wait for a file).
+    fn top_up(&self, want: usize) -> Result<(bool, bool)> {
         let pooled = |s: &TierState| s.free.len() + s.ready.len();
+        let mut waited = false;
         loop {
             let slot = {
                 let mut s = self.state.lock();
                 // Files being prepared may be enough.
                 while s.preparing > 0 && pooled(&s) < want {
+                    waited = true;
                     self.prepared.wait(&mut s);
                 }
                 if pooled(&s) >= want {
-                    return Ok(true);
+                    return Ok((true, waited));
                 }
                 if !self.fits(&s, self.segment_size) {
-                    return Ok(false);
+                    return Ok((false, waited));
                 }
                 s.used_bytes += self.segment_size as u64;
                 s.next_slot += 1;
                 s.preparing += 1;
                 s.next_slot - 1
             };
+            waited = true;
             if !self.finish_ready(slot)? {
                 let mut s = self.state.lock();
                 while s.preparing > 0 && pooled(&s) < want {
                     self.prepared.wait(&mut s);
                 }
-                return Ok(pooled(&s) >= want);
+                return Ok((pooled(&s) >= want, waited));
             }
         }
     }
 
     fn create(&self, slot: u32, len: usize) -> Result<Option<SlotRegion>> {
-        match self
-            .medium
-            .create_region(&crate::segment::file_name(slot), len)
-        {
+        self.create_with(slot, len, false)
+    }
+
+    /// Creates the file of `slot`; `filled`: as preallocation (see `create_region_filled`).
+    fn create_with(&self, slot: u32, len: usize, filled: bool) -> Result<Option<SlotRegion>> {
+        let name = crate::segment::file_name(slot);
+        let made = if filled {
+            self.medium.create_region_filled(&name, len)
+        } else {
+            self.medium.create_region(&name, len)
+        };
+        match made {
             Ok(r) => Ok(Some((slot, r))),
             Err(e) => {
                 let mut s = self.state.lock();
@@ -227,13 +293,13 @@ impl Tier {
         }
     }
 
-    /// Creates one ready file if the stock is low and there is room; true if it did. On a tier
-    /// bounded only by its device, the stock also covers the `reserve` files puts leave to
-    /// removals (see [`Tier::take`]).
+    /// Creates one ready file if the stock is below its target (see `ready_target`) and
+    /// there is room; true if it did. On a tier bounded only by its device, the stock also
+    /// covers the `reserve` files puts leave to removals (see [`Tier::take`]).
     pub fn prepare_one(&self, reserve: usize) -> Result<bool> {
-        let target = READY_TARGET + if self.capacity_bytes == 0 { reserve } else { 0 };
         let slot = {
             let mut s = self.state.lock();
+            let target = self.ready_target(&s) + if self.capacity_bytes == 0 { reserve } else { 0 };
             if s.device_full
                 || s.free.len() + s.ready.len() >= target
                 || !self.fits(&s, self.segment_size)
@@ -266,7 +332,7 @@ impl Tier {
                 s.next_slot += 1;
                 s.next_slot - 1
             };
-            match self.create(slot, self.segment_size)? {
+            match self.create_with(slot, self.segment_size, true)? {
                 Some(r) => self.state.lock().ready.push(r),
                 None => return Ok(created),
             }

@@ -425,6 +425,14 @@ fn info_section(ctx: &Ctx, section: &str, t: &mut String) {
             kv("live_bytes", st.live_bytes.to_string());
             kv("capacity_bytes", st.capacity_bytes.to_string());
             kv("full_errors", st.full_errors.to_string());
+            for (kind, w) in [
+                ("segment", st.waits.segment),
+                ("full", st.waits.full),
+                ("sync", st.waits.sync),
+            ] {
+                kv(&format!("{kind}_waits"), w.count.to_string());
+                kv(&format!("{kind}_wait_ns"), w.total_ns.to_string());
+            }
             for (i, tier) in st.tiers.iter().enumerate() {
                 kv(
                     &format!("tier{i}"),

@@ -334,7 +334,8 @@ pub fn store_stats(ctx: &mut Ctx, _args: &Args) -> CmdResult {
     let s = ctx.shared.store.stats();
     let e = &s.events;
     let power_safe = s.tiers.iter().filter(|t| t.survives_power_cut).count();
-    let pairs: [(&str, u64); 19] = [
+    let w = &s.waits;
+    let pairs: [(&str, u64); 25] = [
         ("entries", s.entries),
         ("live_bytes", s.live_bytes),
         ("dead_bytes", s.dead_bytes),
@@ -354,6 +355,12 @@ pub fn store_stats(ctx: &mut Ctx, _args: &Args) -> CmdResult {
         ("leases_expired", e.leases_expired_total),
         ("claims_released", e.released_total),
         ("events_timed_out", e.timed_out_total),
+        ("segment_waits", w.segment.count),
+        ("segment_wait_ns", w.segment.total_ns),
+        ("full_waits", w.full.count),
+        ("full_wait_ns", w.full.total_ns),
+        ("sync_waits", w.sync.count),
+        ("sync_wait_ns", w.sync.total_ns),
     ];
     ctx.out.map(pairs.len() + 2);
     for (k, v) in pairs {

@@ -2,6 +2,7 @@
 //! through [`Medium`] (a directory of files) and [`Region`] (one preallocated, mapped file), so
 //! tests can plug in [`FaultMedium`], which keeps only what was persisted and fails on demand.
 
+pub mod direct;
 mod fault;
 mod file;
 mod flush;
@@ -72,6 +73,12 @@ pub trait Medium: Send + Sync + fmt::Debug {
     /// Creates file `name` of exactly `len` bytes, all blocks allocated (a full device fails
     /// here, not later with SIGBUS), mapped and pre-faulted. The file must not exist.
     fn create_region(&self, name: &str, len: usize) -> Result<Arc<dyn Region>>;
+    /// [`Medium::create_region`] for a file made before any writer needs it (preallocation
+    /// at open): a medium that skips work ahead of use (the zero-fill of a direct-I/O tier)
+    /// does it here. Default: the same as `create_region`.
+    fn create_region_filled(&self, name: &str, len: usize) -> Result<Arc<dyn Region>> {
+        self.create_region(name, len)
+    }
     /// Maps an existing file.
     fn open_region(&self, name: &str) -> Result<Arc<dyn Region>>;
     /// Names of the files in the directory.
@@ -84,6 +91,12 @@ pub trait Medium: Send + Sync + fmt::Debug {
     fn write_file(&self, name: &str, data: &[u8]) -> Result<()>;
     /// Takes an exclusive lock on the directory for this process; released on drop.
     fn lock(&self) -> Result<Box<dyn Any + Send + Sync>>;
+    /// How bulk records reach this medium's files: `direct` (their aligned interior by
+    /// O_DIRECT), `buffered` (pwrite into the page cache) or `mapped` (a copy through the
+    /// mapping: memory tiers).
+    fn bulk_write_path(&self) -> &'static str {
+        "mapped"
+    }
 }
 
 /// One preallocated file, mapped into memory at a stable address for its whole life.
@@ -135,6 +148,17 @@ pub trait Region: Send + Sync {
             at += p.len();
         }
         Ok(())
+    }
+    /// [`Region::write_parts`] of a large record (`bulk`), with the 4 KiB-aligned interior of
+    /// the range written by direct I/O where the medium supports it (see [`direct`]); returns
+    /// whether it did. The default, and the fallback, is the bulk write.
+    ///
+    /// # Safety
+    /// As [`Region::write_parts`].
+    unsafe fn write_parts_direct(&self, offset: usize, parts: &[&[u8]]) -> Result<bool> {
+        // Safety: the caller's contract.
+        unsafe { self.write_parts(offset, parts, true)? };
+        Ok(false)
     }
     /// Makes bytes `[offset, offset + len)` durable in the medium's domain. A no-op on a
     /// volatile medium. After an error the caller must assume nothing past the last success

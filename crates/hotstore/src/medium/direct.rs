@@ -1,0 +1,346 @@
+//! Direct I/O for bulk records on block tiers: the 4 KiB-aligned interior of a large record is
+//! written with `O_DIRECT` from an aligned bounce buffer, so the device, not a copy into the
+//! page cache followed by write-back, carries the bytes (a `Persisted` put then costs the
+//! device's write and one cache flush). The unaligned edges of the record go through the page
+//! cache as before, so the previous and the next record (which share those 4 KiB blocks) never
+//! meet a direct write.
+//!
+//! ```text
+//!  record:   | header | key | value ..................................... |
+//!  file:     ....|....A=align_up(body)..........................B=align_down(end)....|
+//!                 buffered      O_DIRECT (copied into aligned chunks)         buffered
+//! ```
+//!
+//! Reads need nothing special: the kernel drops the page-cache pages a direct write covers,
+//! so a later read through the mapping faults them in from the device (the values are correct,
+//! the first read of each page costs a device read).
+
+use crate::error::{Error, Result};
+use std::alloc::Layout;
+use std::cell::RefCell;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+/// Alignment of direct writes: file offsets, lengths and buffer addresses.
+pub const DIRECT_ALIGN: usize = 4096;
+/// A direct write goes in chunks of this size, each copied into its own aligned buffer.
+pub const DIRECT_CHUNK: usize = 256 << 10;
+/// Chunks in flight at once per writing thread (io_uring): the copy of the next chunk overlaps
+/// the device writing the previous ones, and the device sees a queue, not one request at a
+/// time. The thread's buffers: DIRECT_DEPTH x DIRECT_CHUNK = 1 MiB.
+pub const DIRECT_DEPTH: usize = 4;
+
+/// An aligned heap buffer (the bounce buffer of one thread).
+struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    layout: Layout,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> Option<Self> {
+        let layout = Layout::from_size_align(len, DIRECT_ALIGN).ok()?;
+        // Safety: the layout has a non-zero size (DIRECT_CHUNK).
+        let raw = unsafe { std::alloc::alloc(layout) };
+        std::ptr::NonNull::new(raw).map(|ptr| AlignedBuf { ptr, layout })
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // Safety: the allocation is `layout.size()` bytes, owned by `self`; the bytes are
+        // uninitialised only until the first copy, and are only read after being written.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // Safety: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// One thread's direct-write state: its chunk buffers and, where the kernel allows, its ring.
+struct Pipeline {
+    bufs: Vec<AlignedBuf>,
+    ring: Option<io_uring::IoUring>,
+}
+
+impl Pipeline {
+    fn new() -> Option<Self> {
+        let bufs = (0..DIRECT_DEPTH)
+            .map(|_| AlignedBuf::new(DIRECT_CHUNK))
+            .collect::<Option<Vec<_>>>()?;
+        // Refused under some sandboxes and old kernels: the pwrite loop is the fallback.
+        let ring = io_uring::IoUring::new(DIRECT_DEPTH as u32).ok();
+        Some(Pipeline { bufs, ring })
+    }
+}
+
+thread_local! {
+    static PIPELINE: RefCell<Option<Pipeline>> = const { RefCell::new(None) };
+}
+
+/// Opens `path` for direct writes, or `None` if the file system refuses `O_DIRECT` (tmpfs
+/// answers EINVAL).
+pub fn open_direct(path: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .ok()
+}
+
+/// True if a directory's file system takes an aligned direct write (probed with a scratch file).
+pub fn probe(dir: &Path) -> bool {
+    let path = dir.join(".direct_probe");
+    let ok = (|| {
+        std::fs::write(&path, vec![0u8; DIRECT_ALIGN]).ok()?;
+        let f = open_direct(&path)?;
+        let mut buf = AlignedBuf::new(DIRECT_ALIGN)?;
+        buf.as_mut_slice().fill(0);
+        // Safety: an aligned buffer of DIRECT_ALIGN bytes, alive for the call.
+        let n = unsafe {
+            libc::pwrite(
+                f.as_raw_fd(),
+                buf.ptr.as_ptr() as *const libc::c_void,
+                DIRECT_ALIGN,
+                0,
+            )
+        };
+        (n == DIRECT_ALIGN as isize).then_some(())
+    })()
+    .is_some();
+    let _ = std::fs::remove_file(&path);
+    ok
+}
+
+/// The aligned interior `[a, b)` of the file range `[offset, offset + len)`, if it is not empty.
+pub fn interior(offset: usize, len: usize) -> Option<(usize, usize)> {
+    let a = offset.next_multiple_of(DIRECT_ALIGN);
+    let b = (offset + len) / DIRECT_ALIGN * DIRECT_ALIGN;
+    (b > a).then_some((a, b))
+}
+
+/// Writes the concatenation of `parts` at file offset `at` (aligned, and the total length a
+/// multiple of [`DIRECT_ALIGN`]) with direct I/O: chunk by chunk through this thread's aligned
+/// buffers, up to [`DIRECT_DEPTH`] chunks in flight through io_uring (or one `pwrite` at a
+/// time where io_uring is refused). Returns once every chunk is written (or failed).
+pub fn write(file: &File, path: &Path, at: usize, parts: &[&[u8]]) -> Result<()> {
+    debug_assert!(at.is_multiple_of(DIRECT_ALIGN));
+    debug_assert!(parts
+        .iter()
+        .map(|p| p.len())
+        .sum::<usize>()
+        .is_multiple_of(DIRECT_ALIGN));
+    PIPELINE.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            *cell = Pipeline::new();
+        }
+        let Some(p) = cell.as_mut() else {
+            return Err(Error::io(
+                "allocate direct-I/O buffers",
+                path,
+                std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+            ));
+        };
+        let mut chunks = Chunks::new(parts);
+        match p.ring.as_mut() {
+            Some(ring) => {
+                let r = write_uring(ring, &mut p.bufs, file, path, at, &mut chunks);
+                if let Err(Stuck(e)) = r {
+                    // Requests may still be in the kernel: their buffers must never be freed
+                    // or reused, so this thread's pipeline is leaked and a new one made.
+                    if let Some(p) = cell.take() {
+                        std::mem::forget(p);
+                    }
+                    return Err(e);
+                }
+                r.map_err(|Stuck(e)| e)?
+            }
+            None => {
+                let buf = p.bufs[0].as_mut_slice();
+                let mut file_at = at;
+                loop {
+                    let n = chunks.fill(buf);
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    pwrite_all(file, path, &buf[..n], file_at)?;
+                    file_at += n;
+                }
+            }
+        }
+    })
+}
+
+/// The bytes of several parts, handed out a buffer-full at a time.
+struct Chunks<'a> {
+    parts: &'a [&'a [u8]],
+    part: usize,
+    at: usize,
+}
+
+impl<'a> Chunks<'a> {
+    fn new(parts: &'a [&'a [u8]]) -> Self {
+        Chunks {
+            parts,
+            part: 0,
+            at: 0,
+        }
+    }
+
+    /// Copies the next bytes into `buf` (as many as fit); returns how many (0: done).
+    fn fill(&mut self, buf: &mut [u8]) -> usize {
+        let mut filled = 0;
+        while filled < buf.len() && self.part < self.parts.len() {
+            let rest = &self.parts[self.part][self.at..];
+            let n = rest.len().min(buf.len() - filled);
+            buf[filled..filled + n].copy_from_slice(&rest[..n]);
+            filled += n;
+            self.at += n;
+            if self.at == self.parts[self.part].len() {
+                self.part += 1;
+                self.at = 0;
+            }
+        }
+        filled
+    }
+}
+
+/// What `write_uring` returns: `Ok(Err(e))` is a failed write whose requests are all
+/// finished; `Err(Stuck(e))` means waiting for them failed and some may still be in flight.
+struct Stuck(Error);
+
+/// Waits this many failed `submit_and_wait` calls (other than interruptions) before giving up.
+const MAX_WAIT_FAILURES: usize = 100;
+
+fn write_uring(
+    ring: &mut io_uring::IoUring,
+    bufs: &mut [AlignedBuf],
+    file: &File,
+    path: &Path,
+    at: usize,
+    chunks: &mut Chunks<'_>,
+) -> std::result::Result<Result<()>, Stuck> {
+    use io_uring::{opcode, types};
+    let fd = types::Fd(file.as_raw_fd());
+    // Per slot: (file offset, length) of the chunk in flight from that buffer.
+    let mut flight: [Option<(usize, usize)>; DIRECT_DEPTH] = [None; DIRECT_DEPTH];
+    let mut first_error: Option<Error> = None;
+    let mut file_at = at;
+    let mut done = false;
+    let mut wait_failures = 0;
+    loop {
+        // Fill every free buffer and queue its write (none after an error).
+        while !done && first_error.is_none() {
+            let Some(slot) = flight.iter().position(Option::is_none) else {
+                break;
+            };
+            let buf = bufs[slot].as_mut_slice();
+            let n = chunks.fill(buf);
+            if n == 0 {
+                done = true;
+                break;
+            }
+            let entry = opcode::Write::new(fd, buf.as_ptr(), n as u32)
+                .offset(file_at as u64)
+                .build()
+                .user_data(slot as u64);
+            // Safety: the buffer stays alive and untouched until this request completes: its
+            // slot is marked in flight and only reused after the completion is reaped below,
+            // and this function never returns while a request is in flight.
+            if unsafe { ring.submission().push(&entry) }.is_err() {
+                first_error = Some(Error::io(
+                    "io_uring submit",
+                    path,
+                    std::io::Error::other("submission queue full"),
+                ));
+                break;
+            }
+            flight[slot] = Some((file_at, n));
+            file_at += n;
+        }
+        if flight.iter().all(Option::is_none) {
+            return Ok(first_error.map_or(Ok(()), Err));
+        }
+        if let Err(e) = ring.submit_and_wait(1) {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                wait_failures += 1;
+                if wait_failures >= MAX_WAIT_FAILURES {
+                    return Err(Stuck(Error::io("io_uring wait", path, e)));
+                }
+            }
+            continue;
+        }
+        let completed: Vec<(u64, i32)> = ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (slot, res) in completed {
+            let Some((off, len)) = flight.get_mut(slot as usize).and_then(Option::take) else {
+                continue;
+            };
+            if res < 0 {
+                first_error.get_or_insert(Error::io(
+                    "write (O_DIRECT, io_uring)",
+                    path,
+                    std::io::Error::from_raw_os_error(-res),
+                ));
+            } else if (res as usize) < len {
+                // A short write (rare): finish it synchronously from the same buffer.
+                let buf = &bufs[slot as usize].as_mut_slice()[res as usize..len];
+                if let Err(e) = pwrite_all(file, path, buf, off + res as usize) {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+    }
+}
+
+fn pwrite_all(file: &File, path: &Path, mut buf: &[u8], mut at: usize) -> Result<()> {
+    while !buf.is_empty() {
+        // Safety: `buf` is live for the call; alignment is the caller's (chunks of an aligned
+        // buffer, lengths multiples of DIRECT_ALIGN; a short write stays aligned in practice,
+        // and if not the kernel answers EINVAL, which is returned).
+        let n = unsafe {
+            libc::pwrite(
+                file.as_raw_fd(),
+                buf.as_ptr() as *const libc::c_void,
+                buf.len(),
+                at as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::io("pwrite (O_DIRECT)", path, e));
+        }
+        if n == 0 {
+            return Err(Error::io(
+                "pwrite (O_DIRECT)",
+                path,
+                std::io::Error::from(std::io::ErrorKind::WriteZero),
+            ));
+        }
+        buf = &buf[n as usize..];
+        at += n as usize;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interior_is_the_aligned_middle() {
+        assert_eq!(interior(0, 4096), Some((0, 4096)));
+        assert_eq!(interior(40, 4096), None);
+        assert_eq!(interior(40, 8192 + 100), Some((4096, 8192)));
+        assert_eq!(interior(4096, 3 * 4096 - 1), Some((4096, 3 * 4096)));
+    }
+}
