@@ -129,41 +129,42 @@ pub struct Loc {
 
 const _: () = assert!(std::mem::size_of::<Loc>() == 24);
 
-/// One shard's contents: the keys, and the events whose fragments shard here. Both live under
-/// one lock so that admitting a fragment and acknowledging its event exclude each other.
-/// Dereferences to the key map.
+/// One shard's contents: the keys, and `E`, the state the layer above keeps per shard (the
+/// store's event table: `events::ShardEvents`). Both live under one lock so that, for the
+/// store, admitting a fragment and acknowledging its event exclude each other. The index
+/// itself knows nothing of events. Dereferences to the key map.
 #[derive(Default)]
-pub struct ShardMap {
+pub struct ShardMap<E = ()> {
     /// Key → newest record.
     pub keys: BTreeMap<IndexKey, Loc>,
-    /// The events whose fragments shard here, and their READY queue (see `events`).
-    pub(crate) events: crate::events::ShardEvents,
+    /// The layer above's state for this shard (for the store: its events and READY queue).
+    pub(crate) events: E,
 }
 
-impl std::ops::Deref for ShardMap {
+impl<E> std::ops::Deref for ShardMap<E> {
     type Target = BTreeMap<IndexKey, Loc>;
     fn deref(&self) -> &Self::Target {
         &self.keys
     }
 }
 
-impl std::ops::DerefMut for ShardMap {
+impl<E> std::ops::DerefMut for ShardMap<E> {
     fn deref_mut(&mut self) -> &mut Self::Target {
         &mut self.keys
     }
 }
 
 /// One shard.
-pub type Shard = RwLock<ShardMap>;
+pub type Shard<E = ()> = RwLock<ShardMap<E>>;
 
-/// The sharded index.
-pub struct Index {
-    shards: Box<[Shard]>,
+/// The sharded index (`E`: per-shard state of the layer above, see [`ShardMap`]).
+pub struct Index<E = ()> {
+    shards: Box<[Shard<E>]>,
     prefix_len: usize,
     fragment_len: usize,
 }
 
-impl Index {
+impl<E: Default> Index<E> {
     /// An empty index; fragment keys (`fragment_len` bytes) shard by their first `prefix_len` bytes.
     pub fn new(fragment_len: usize, prefix_len: usize) -> Self {
         Index {
@@ -174,14 +175,16 @@ impl Index {
             fragment_len,
         }
     }
+}
 
+impl<E> Index<E> {
     /// The shard responsible for `key`.
-    pub fn shard(&self, key: &[u8]) -> &Shard {
+    pub fn shard(&self, key: &[u8]) -> &Shard<E> {
         &self.shards[self.shard_no(key)]
     }
 
     /// The shard holding the event with this prefix (the shard of each of its fragments).
-    pub fn event_shard(&self, prefix: &[u8]) -> &Shard {
+    pub fn event_shard(&self, prefix: &[u8]) -> &Shard<E> {
         &self.shards[self.event_shard_no(prefix)]
     }
 
@@ -203,7 +206,7 @@ impl Index {
     }
 
     /// All shards (for scans and statistics).
-    pub fn shards(&self) -> &[Shard] {
+    pub fn shards(&self) -> &[Shard<E>] {
         &self.shards
     }
 

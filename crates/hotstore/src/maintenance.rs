@@ -8,12 +8,22 @@
 //! * **Prepare**: keep each tier stocked with pre-faulted files.
 
 use crate::segment::Segment;
-use crate::store::Inner;
-use crate::summary;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// What the thread does, implemented by the store (`store::upkeep`): this module is only the
+/// thread's schedule, so it needs nothing of the store but these calls.
+pub(crate) trait Upkeep: Send + Sync {
+    /// Persists a segment a lane has left and writes its summary.
+    fn seal(&self, seg: &Arc<Segment>);
+    /// Recycles segment `id` if it is still reclaimable.
+    fn reclaim(&self, id: u64);
+    /// Prepares one ready file if the stock is below its target; true if it made one.
+    fn prepare_one(&self) -> bool;
+    /// The periodic sweep: dead active segments, groups of dead segments pinning each other.
+    fn sweep(&self);
+}
 
 /// Work for the maintenance thread.
 pub(crate) enum Job {
@@ -27,20 +37,19 @@ pub(crate) enum Job {
 /// How often idle maintenance looks for groups of dead segments that pin each other.
 const GROUP_CHECK_EVERY: Duration = Duration::from_millis(200);
 
-pub(crate) fn run(inner: Arc<Inner>, rx: Receiver<Job>) {
+pub(crate) fn run(inner: &dyn Upkeep, rx: Receiver<Job>) {
     let mut last_group_check = std::time::Instant::now();
     loop {
         match rx.recv_timeout(Duration::from_millis(20)) {
             Ok(job) => {
-                if handle(&inner, job) {
-                    return drain(&inner, &rx);
+                if handle(inner, job) {
+                    return drain(inner, &rx);
                 }
             }
             Err(RecvTimeoutError::Timeout) => {
                 if last_group_check.elapsed() >= GROUP_CHECK_EVERY {
                     last_group_check = std::time::Instant::now();
-                    seal_dead_active(&inner);
-                    reclaim_groups(&inner);
+                    inner.sweep();
                 }
             }
             Err(RecvTimeoutError::Disconnected) => return,
@@ -51,11 +60,11 @@ pub(crate) fn run(inner: Arc<Inner>, rx: Receiver<Job>) {
         // memory speed, so nothing was recycled and writers made new files themselves.
         loop {
             while let Ok(job) = rx.try_recv() {
-                if handle(&inner, job) {
-                    return drain(&inner, &rx);
+                if handle(inner, job) {
+                    return drain(inner, &rx);
                 }
             }
-            if !prepare(&inner) {
+            if !inner.prepare_one() {
                 break;
             }
         }
@@ -63,10 +72,10 @@ pub(crate) fn run(inner: Arc<Inner>, rx: Receiver<Job>) {
 }
 
 /// Does one job; true for Stop.
-fn handle(inner: &Inner, job: Job) -> bool {
+fn handle(inner: &dyn Upkeep, job: Job) -> bool {
     match job {
-        Job::Seal(seg) => seal(inner, &seg),
-        Job::Reclaim(id) => reclaim(inner, id),
+        Job::Seal(seg) => inner.seal(&seg),
+        Job::Reclaim(id) => inner.reclaim(id),
         Job::Prepare => {} // the caller's loop prepares after every job
         Job::Stop => return true,
     }
@@ -74,222 +83,8 @@ fn handle(inner: &Inner, job: Job) -> bool {
 }
 
 /// Finishes what is queued (seals from close) before the thread leaves.
-fn drain(inner: &Inner, rx: &Receiver<Job>) {
+fn drain(inner: &dyn Upkeep, rx: &Receiver<Job>) {
     while let Ok(job) = rx.try_recv() {
         handle(inner, job);
-    }
-}
-
-/// Prepares one ready file if the first tier's stock is low; true if it made one.
-fn prepare(inner: &Inner) -> bool {
-    if inner.is_poisoned.load(Ordering::Acquire) {
-        return false;
-    }
-    // A failure here is retried later and surfaces to the writer that needs the file.
-    inner
-        .tiers
-        .first()
-        .is_some_and(|t| t.prepare_one(inner.removal_reserve()).unwrap_or(false))
-}
-
-fn seal(inner: &Inner, seg: &Arc<Segment>) {
-    if seg.recycled.load(Ordering::Acquire) {
-        return;
-    }
-    let end = match seg.persist_written() {
-        Ok(end) => end,
-        Err(e) => return inner.poison(&e),
-    };
-    // Safety: published records below `end` never change while the segment is not recycled,
-    // and only this thread recycles.
-    let records = unsafe { seg.bytes(0, end) };
-    let entries = crate::recovery::walk(records, end);
-    let bytes = summary::encode(seg.id, end as u64, &entries);
-    // A missing summary only costs a scan at the next open.
-    let _ = inner.tiers[seg.tier]
-        .medium
-        .write_file(&summary::file_name(seg.slot), &bytes);
-    inner.maybe_reclaim(seg);
-}
-
-fn reclaim(inner: &Inner, id: u64) {
-    let Some(seg) = inner.segments.lock().get(&id).cloned() else {
-        return;
-    };
-    if !seg.is_reclaimable() || inner.is_poisoned.load(Ordering::Acquire) {
-        return;
-    }
-    // Whatever shadows this segment's records must be durable before they can vanish.
-    if inner.persist_all().is_err() || !checkpoint_acked(inner, &[&seg]) {
-        return;
-    }
-    let holders: Vec<u64> = {
-        let mut by = seg.pinned_by.lock();
-        seg.recycled.store(true, Ordering::Release);
-        by.drain().collect()
-    };
-    inner.segments.lock().remove(&id);
-    let tier = &inner.tiers[seg.tier];
-    if let Err(e) = seg.write_free_header() {
-        return inner.poison(&e);
-    }
-    let _ = tier.medium.remove(&summary::file_name(seg.slot));
-    for h in holders {
-        let holder = inner.segments.lock().get(&h).cloned();
-        if let Some(holder) = holder {
-            holder.pins.fetch_sub(1, Ordering::AcqRel);
-            inner.maybe_reclaim(&holder);
-        }
-    }
-    if let Err(e) = tier.give_back(seg.slot, seg.region.clone()) {
-        return inner.poison(&e);
-    }
-    let mut generation = inner.space.0.lock();
-    *generation += 1;
-    inner.space.1.notify_all();
-}
-
-/// An event-removal record is the store's memory that its event was acknowledged (late
-/// fragments are refused by it). Before a segment holding one is recycled, the
-/// acknowledged-event set is persisted, so that memory outlives the record. False (and the
-/// segment stays) if that fails.
-fn checkpoint_acked(inner: &Inner, segs: &[&Arc<Segment>]) -> bool {
-    if !segs
-        .iter()
-        .any(|s| s.holds_event_removes.load(Ordering::Acquire))
-    {
-        return true;
-    }
-    // Cloned so the set is not locked during the write.
-    let set = inner.events.acked.read().clone();
-    match set.store(&*inner.tiers[0].medium, inner.events.prefix_len) {
-        Ok(()) => true,
-        Err(e) => {
-            inner.poison(&e);
-            false
-        }
-    }
-}
-
-/// Recycles groups of dead segments that pin each other (S1 shadows a record of S2 and S2 one
-/// of S1: two writers overwriting or removing each other's keys). Neither can go first, or a
-/// crash between the two would bring back a record the other had shadowed; together they can,
-/// if every segment a member pins on is in the group. The group is freed all-or-nothing: its ids
-/// are written to a durable intent file first, which recovery honours if a crash cuts the
-/// freeing short, and removed once every member has a durable free header.
-fn reclaim_groups(inner: &Inner) {
-    use std::collections::{HashMap, HashSet};
-    if inner.is_poisoned.load(Ordering::Acquire) {
-        return;
-    }
-    let segs: Vec<Arc<Segment>> = inner.segments.lock().values().cloned().collect();
-    let dead = |s: &Segment| {
-        s.sealed.load(Ordering::Acquire)
-            && !s.recycled.load(Ordering::Acquire)
-            && s.live_records.load(Ordering::Acquire) == 0
-    };
-    let mut group: HashSet<u64> = segs.iter().filter(|s| dead(s)).map(|s| s.id).collect();
-    if !segs
-        .iter()
-        .any(|s| group.contains(&s.id) && s.pins.load(Ordering::Acquire) > 0)
-    {
-        return; // nothing pinned: the ordinary reclaim handles these
-    }
-    // Outgoing pins: holder -> segments it pins on.
-    let mut targets: HashMap<u64, Vec<u64>> = HashMap::new();
-    for t in &segs {
-        for h in t.pinned_by.lock().iter() {
-            targets.entry(*h).or_default().push(t.id);
-        }
-    }
-    // Keep only members whose every pin target is a member too (to a fixed point).
-    loop {
-        let before = group.len();
-        let keep: HashSet<u64> = group
-            .iter()
-            .copied()
-            .filter(|id| {
-                targets
-                    .get(id)
-                    .is_none_or(|ts| ts.iter().all(|t| group.contains(t)))
-            })
-            .collect();
-        group = keep;
-        if group.len() == before {
-            break;
-        }
-    }
-    let members: Vec<Arc<Segment>> = segs.into_iter().filter(|s| group.contains(&s.id)).collect();
-    if members.iter().all(|s| s.pins.load(Ordering::Acquire) == 0) {
-        return;
-    }
-    if inner.persist_all().is_err() || !checkpoint_acked(inner, &members.iter().collect::<Vec<_>>())
-    {
-        return;
-    }
-    let ids: Vec<u64> = members.iter().map(|s| s.id).collect();
-    let root = &inner.tiers[0].medium;
-    let Ok(intent) = serde_json::to_vec(&ids) else {
-        return;
-    };
-    if let Err(e) = root.write_file(crate::recovery::RECLAIM_INTENT, &intent) {
-        return inner.poison(&e);
-    }
-    let mut holders = Vec::new();
-    for seg in &members {
-        {
-            let mut by = seg.pinned_by.lock();
-            seg.recycled.store(true, Ordering::Release);
-            holders.extend(by.drain());
-        }
-        inner.segments.lock().remove(&seg.id);
-        if let Err(e) = seg.write_free_header() {
-            return inner.poison(&e);
-        }
-        let _ = inner.tiers[seg.tier]
-            .medium
-            .remove(&summary::file_name(seg.slot));
-    }
-    if let Err(e) = root.remove(crate::recovery::RECLAIM_INTENT) {
-        return inner.poison(&e);
-    }
-    for h in holders.into_iter().filter(|h| !group.contains(h)) {
-        let holder = inner.segments.lock().get(&h).cloned();
-        if let Some(holder) = holder {
-            holder.pins.fetch_sub(1, Ordering::AcqRel);
-            inner.maybe_reclaim(&holder);
-        }
-    }
-    for seg in &members {
-        if let Err(e) = inner.tiers[seg.tier].give_back(seg.slot, seg.region.clone()) {
-            return inner.poison(&e);
-        }
-    }
-    let mut generation = inner.space.0.lock();
-    *generation += 1;
-    inner.space.1.notify_all();
-}
-
-/// Seals active segments whose every record is dead, so they can be recycled: a lane whose
-/// thread went idle (or that got a reopened tail no thread writes to) would otherwise keep its
-/// dead segment until close. A busy lane is skipped (`try_lock`); its next write simply rolls
-/// to a new segment.
-fn seal_dead_active(inner: &Inner) {
-    for lane in inner.lanes.iter() {
-        let Some(mut l) = lane.0.try_lock() else {
-            continue;
-        };
-        let dead = l.seg.as_ref().is_some_and(|s| {
-            s.live_records.load(Ordering::Acquire) == 0
-                && s.end.load(Ordering::Acquire) > crate::segment::SEGMENT_HEADER_LEN
-        });
-        if !dead {
-            continue;
-        }
-        if let Some(seg) = l.seg.take() {
-            seg.sealed.store(true, Ordering::Release);
-            drop(l);
-            seal(inner, &seg);
-        }
     }
 }

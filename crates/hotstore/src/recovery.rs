@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// File (on the first tier) listing the segment ids a group reclaim is freeing; see
-/// `maintenance::reclaim_groups`.
+/// `store::upkeep` (reclaim_groups).
 pub const RECLAIM_INTENT: &str = "reclaim.intent";
 
 /// What recovery found and did.
@@ -248,33 +248,7 @@ pub struct Recovered {
     pub report: RecoveryReport,
 }
 
-pub(crate) fn mark_live(seg: &Segment, len: u64) {
-    seg.live_records.fetch_add(1, Ordering::Relaxed);
-    seg.live_bytes.fetch_add(len, Ordering::Relaxed);
-    seg.dead_bytes.fetch_sub(len, Ordering::Relaxed);
-}
-
-pub(crate) fn mark_dead(seg: &Segment, len: u64) {
-    seg.live_records.fetch_sub(1, Ordering::Relaxed);
-    seg.live_bytes.fetch_sub(len, Ordering::Relaxed);
-    seg.dead_bytes.fetch_add(len, Ordering::Relaxed);
-}
-
-/// `holder` shadows a record in `target`: it must outlive `target`.
-pub fn pin(holder: &Segment, target: &Segment) {
-    if holder.id == target.id {
-        return;
-    }
-    let mut by = target.pinned_by.lock();
-    if target.recycled.load(Ordering::Acquire) {
-        return;
-    }
-    if by.insert(holder.id) {
-        holder.pins.fetch_add(1, Ordering::AcqRel);
-    }
-}
-
-fn apply(index: &Index, seg: &Arc<Segment>, e: &Entry) {
+fn apply<E>(index: &Index<E>, seg: &Arc<Segment>, e: &Entry) {
     let len = record::record_len(e.key.len(), e.value_len as usize) as u64;
     seg.dead_bytes.fetch_add(len, Ordering::Relaxed);
     let mut shard = index.shard(&e.key).write();
@@ -291,29 +265,27 @@ fn apply(index: &Index, seg: &Arc<Segment>, e: &Entry) {
     match shard.get_mut(&IndexKey::new(&e.key)) {
         None => {
             if e.kind == Kind::Put {
-                mark_live(seg, len);
+                seg.mark_live(len);
             }
             shard.insert(IndexKey::new(&e.key), loc);
         }
         Some(old) if old.lsn < e.lsn => {
-            pin(seg, &old.seg);
+            seg.pin_on(&old.seg);
             if old.value_len != TOMBSTONE_LEN {
-                mark_dead(
-                    &old.seg,
-                    record::record_len(e.key.len(), old.value_len as usize) as u64,
-                );
+                old.seg
+                    .mark_dead(record::record_len(e.key.len(), old.value_len as usize) as u64);
             }
             if e.kind == Kind::Put {
-                mark_live(seg, len);
+                seg.mark_live(len);
             }
             *old = loc;
         }
-        Some(newer) => pin(&newer.seg, seg),
+        Some(newer) => newer.seg.pin_on(seg),
     }
 }
 
 /// Rebuilds `index` from every tier's files.
-pub fn recover(tiers: &[Tier], index: &Index, mode: RecoveryMode) -> Result<Recovered> {
+pub fn recover<E>(tiers: &[Tier], index: &Index<E>, mode: RecoveryMode) -> Result<Recovered> {
     let started = Instant::now();
     let mut report = RecoveryReport::default();
     let mut segments = Vec::new();

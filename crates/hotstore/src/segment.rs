@@ -314,6 +314,35 @@ impl Segment {
         Ok(*synced)
     }
 
+    /// Live-record accounting: a record counted dead becomes live (recovery and event marks).
+    pub(crate) fn mark_live(&self, len: u64) {
+        self.live_records.fetch_add(1, Ordering::Relaxed);
+        self.live_bytes.fetch_add(len, Ordering::Relaxed);
+        self.dead_bytes.fetch_sub(len, Ordering::Relaxed);
+    }
+
+    /// Live-record accounting: a live record becomes dead.
+    pub(crate) fn mark_dead(&self, len: u64) {
+        self.live_records.fetch_sub(1, Ordering::Relaxed);
+        self.live_bytes.fetch_sub(len, Ordering::Relaxed);
+        self.dead_bytes.fetch_add(len, Ordering::Relaxed);
+    }
+
+    /// This segment shadows a record in `target` (a newer version, a tombstone, an event
+    /// removal): it must outlive `target`, so it is pinned until `target` is recycled.
+    pub fn pin_on(&self, target: &Segment) {
+        if self.id == target.id {
+            return;
+        }
+        let mut by = target.pinned_by.lock();
+        if target.recycled.load(Ordering::Acquire) {
+            return;
+        }
+        if by.insert(self.id) {
+            self.pins.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
     /// True if everything published is persisted.
     pub fn is_synced(&self) -> bool {
         *self.synced_upto.lock() >= self.end.load(Ordering::Acquire)

@@ -36,7 +36,7 @@ fn bytes_per_entry(order: impl Iterator<Item = u64>, n: usize) -> f64 {
     let medium = FaultMedium::new("index-memory");
     let region = medium.create_region("seg", 1 << 16).unwrap();
     let seg = Arc::new(Segment::new(1, 0, 0, region, 4096, 4096));
-    let index = Index::new(16, 12);
+    let index: Index = Index::new(16, 12);
     let before = ALLOCATED.load(Ordering::Relaxed);
     for e in order {
         let key = FragmentKey::new(1, e, 0, 0).to_bytes();

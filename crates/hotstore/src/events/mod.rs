@@ -284,6 +284,11 @@ pub(crate) struct ShardEvents {
     stale: usize,
 }
 
+/// The store's index: keys, and per shard the events whose fragments shard there.
+pub(crate) type EventIndex = crate::index::Index<ShardEvents>;
+/// One locked shard of [`EventIndex`].
+pub(crate) type EventShardMap = crate::index::ShardMap<ShardEvents>;
+
 /// Stale READY-queue entries a shard tolerates before it compacts its queue.
 const STALE_SLACK: usize = 1024;
 
@@ -645,7 +650,7 @@ impl Events {
 
     /// Pops the timers and leases that are due (each checked against its event under the
     /// event's shard lock) and returns the earliest deadline still pending.
-    pub(crate) fn sweep(&self, index: &crate::index::Index, now: Instant) -> Option<Instant> {
+    pub(crate) fn sweep(&self, index: &EventIndex, now: Instant) -> Option<Instant> {
         loop {
             let due = {
                 let mut t = self.timers.lock();
@@ -720,7 +725,7 @@ impl Events {
         claim
     }
 
-    pub(crate) fn counts(&self, index: &crate::index::Index) -> EventCounts {
+    pub(crate) fn counts(&self, index: &EventIndex) -> EventCounts {
         let ready_queued = index
             .shards()
             .iter()

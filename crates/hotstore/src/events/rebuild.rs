@@ -12,10 +12,11 @@
 //! step runs at the first event call ([`Events::track`]), over the keys present then.
 
 use super::policy::Policies;
+use super::EventIndex as Index;
 use super::{EventEntry, Events, MarkLoc, ShardEvents, State};
-use crate::index::{Index, IndexKey, TOMBSTONE_LEN};
+use crate::index::{IndexKey, TOMBSTONE_LEN};
 use crate::record::{self, Kind, EVENT_MARK_KEPT, EVENT_MARK_SEALED};
-use crate::recovery::{mark_dead, mark_live, pin, EventRecord};
+use crate::recovery::EventRecord;
 use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -45,11 +46,9 @@ pub(crate) fn rebuild(events: &Events, index: &Index, records: &[EventRecord]) {
             .collect();
         for k in doomed {
             if let Some(loc) = shard.keys.remove(&k) {
-                pin(&r.seg, &loc.seg);
-                mark_dead(
-                    &loc.seg,
-                    record::record_len(flen, loc.value_len as usize) as u64,
-                );
+                r.seg.pin_on(&loc.seg);
+                loc.seg
+                    .mark_dead(record::record_len(flen, loc.value_len as usize) as u64);
             }
         }
     }
@@ -121,7 +120,7 @@ fn build(events: &Events, index: &Index, marks: &HashMap<&[u8], &EventRecord>) {
         for (prefix, fragments, bytes) in found {
             let p = prefix.as_bytes();
             let mark = marks.get(p).map(|r| {
-                mark_live(&r.seg, r.rec_len);
+                r.seg.mark_live(r.rec_len);
                 Box::new(MarkLoc {
                     seg: r.seg.clone(),
                     rec_len: r.rec_len,

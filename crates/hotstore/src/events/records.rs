@@ -1,9 +1,10 @@
 //! Writing event records: seals, keeps and removals, each one record in the writer's lane,
 //! published under the event's shard lock so it is atomic with respect to fragment puts.
 
+use super::EventShardMap as ShardMap;
 use super::{acked::successor, EventEntry, MarkLoc, State};
 use crate::error::{Error, Result};
-use crate::index::{IndexKey, ShardMap};
+use crate::index::IndexKey;
 use crate::options::Durability;
 use crate::record::{self, Kind, EVENT_MARK_KEPT, EVENT_MARK_SEALED, HEADER_LEN};
 use crate::segment::Segment;
@@ -93,7 +94,7 @@ impl Inner {
             .collect();
         for k in doomed {
             if let Some(old) = shard.keys.remove(&k) {
-                crate::recovery::pin(seg, &old.seg);
+                seg.pin_on(&old.seg);
                 self.retire(
                     &old.seg,
                     record::record_len(flen, old.value_len as usize) as u64,

@@ -1,0 +1,305 @@
+//! The store: the handle users hold and the state it shares with the maintenance thread.
+//! By concern: `open` (opening and recovery), `lanes` (lanes and space), `write` (the write
+//! path), `read` (the read path), `durability` (making writes durable).
+//!
+//! Write path (`put`): checksum key and value (no lock) → lock this thread's lane (its own
+//! active segment; uncontended while threads ≤ lanes) → copy key and value into the mapped
+//! segment → lock the key's index shard → take an lsn, write the header, publish, update the
+//! index → unlock → make durable as asked. Nothing shared is locked for the copy, and the
+//! index shard is held only for a header write and a B-tree insert.
+
+mod durability;
+mod lanes;
+mod open;
+mod read;
+mod upkeep;
+mod write;
+
+pub use write::Reservation;
+
+use crate::commit::GroupCommit;
+use crate::error::{Error, Result};
+use crate::events::acked::AckedSet;
+use crate::events::policy::Policies;
+use crate::events::Events;
+use crate::events::{EventIndex as Index, EventShardMap as ShardMap};
+use crate::index::{IndexKey, Loc};
+use crate::key::{check_key, KeyLayout};
+use crate::maintenance::{self, Job};
+use crate::medium::{Domain, FileMedium, Medium};
+use crate::meta::{Meta, TierMeta, FORMAT_VERSION};
+use crate::options::{Durability, StoreOptions, TierSpec, WriteOptions};
+use crate::record::{self, Kind, HEADER_LEN, MAX_VALUE_LEN};
+use crate::recovery::{self, RecoveryReport};
+use crate::segment::{Segment, SEGMENT_HEADER_LEN};
+use crate::stats::{Stats, TierStats};
+use crate::tier::{SlotRegion, Tier};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use std::any::Any;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// One writer lane: its active segment, and its operation counts (kept here, under the lane
+/// lock, so the write path touches no counter shared between threads).
+#[derive(Default)]
+pub(crate) struct Lane {
+    pub(crate) seg: Option<Arc<Segment>>,
+    pub(crate) puts: u64,
+    pub(crate) removes: u64,
+}
+
+/// Keeps each lane on its own cache lines.
+#[repr(align(128))]
+pub(crate) struct PaddedLane(pub(crate) Mutex<Lane>);
+
+/// Operation counters.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) full_errors: AtomicU64,
+    /// Writers that had to make a segment file themselves or wait for one being prepared.
+    pub(crate) segment_waits: WaitCounter,
+    /// Writers that waited for space in a full store (`full_wait`).
+    pub(crate) full_waits: WaitCounter,
+    /// `Persisted` writes on a block tier waiting for their group commit.
+    pub(crate) sync_waits: WaitCounter,
+}
+
+/// How often something waited, and for how long in total.
+#[derive(Default)]
+pub(crate) struct WaitCounter {
+    count: AtomicU64,
+    nanos: AtomicU64,
+}
+
+impl WaitCounter {
+    pub(crate) fn record(&self, d: Duration) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.nanos
+            .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> crate::stats::Wait {
+        crate::stats::Wait {
+            count: self.count.load(Ordering::Relaxed),
+            total_ns: self.nanos.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// State shared by the handle and the maintenance thread.
+pub(crate) struct Inner {
+    pub(crate) dir: PathBuf,
+    pub(crate) layout: KeyLayout,
+    pub(crate) verify_on_read: bool,
+    /// Values at least this long go to block tiers by direct I/O.
+    pub(crate) direct_min: usize,
+    pub(crate) tiers: Vec<Tier>,
+    pub(crate) index: Index,
+    pub(crate) events: Events,
+    pub(crate) lanes: Box<[PaddedLane]>,
+    pub(crate) segments: Mutex<HashMap<u64, Arc<Segment>>>,
+    pub(crate) next_segment_id: AtomicU64,
+    pub(crate) next_lsn: AtomicU64,
+    pub(crate) commit: GroupCommit,
+    pub(crate) poisoned: Mutex<Option<String>>,
+    pub(crate) is_poisoned: AtomicBool,
+    pub(crate) jobs: Mutex<Sender<Job>>,
+    /// Signalled when space is given back (for writers waiting on a full store).
+    pub(crate) space: (Mutex<u64>, Condvar),
+    pub(crate) counters: Counters,
+    _lock: Box<dyn Any + Send + Sync>,
+}
+
+/// An open store. `Send + Sync`: share it between threads with `Arc` or by reference.
+///
+/// Dropping it seals the active segments, writes their summaries and persists everything
+/// (errors are lost then: call [`Store::close`] to see them).
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+    maintenance: Option<JoinHandle<()>>,
+    report: RecoveryReport,
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+static NEXT_LANE: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    static LANE: usize = NEXT_LANE.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Records with values at least this long are written as bulk (see `Region::write`).
+const BULK_VALUE_LEN: usize = 2 << 10;
+
+/// Most parts [`Store::put_parts_with`] takes.
+pub const MAX_VALUE_PARTS: usize = 7;
+
+fn is_bulk(value_len: usize) -> bool {
+    value_len >= BULK_VALUE_LEN
+}
+
+fn check_value(len: usize) -> Result<()> {
+    if len as u64 > MAX_VALUE_LEN {
+        return Err(Error::ValueTooLarge {
+            len: len as u64,
+            max: MAX_VALUE_LEN,
+        });
+    }
+    Ok(())
+}
+
+impl Store {
+    /// What recovery found when this store was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// The key layout.
+    pub fn layout(&self) -> &KeyLayout {
+        &self.inner.layout
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Counts, sizes and per-tier power safety.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// Seals the active segments, writes their summaries, persists everything and closes.
+    pub fn close(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        let Some(handle) = self.maintenance.take() else {
+            return Ok(());
+        };
+        let mut first_err = None;
+        for lane in self.inner.lanes.iter() {
+            let mut lane = lane.0.lock();
+            if let Some(seg) = lane.seg.take() {
+                seg.sealed.store(true, Ordering::Release);
+                self.inner.send(Job::Seal(seg));
+            }
+        }
+        self.inner.send(Job::Stop);
+        if handle.join().is_err() {
+            first_err = Some(Error::Poisoned("maintenance thread panicked".into()));
+        }
+        if let Err(e) = self.inner.persist_all() {
+            first_err.get_or_insert(e);
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => self.inner.check_poisoned(),
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+impl Inner {
+    pub(crate) fn send(&self, job: Job) {
+        // The receiver lives until Stop; a send after that has nothing left to do.
+        let _ = self.jobs.lock().send(job);
+    }
+
+    pub(crate) fn check_poisoned(&self) -> Result<()> {
+        if self.is_poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned(
+                self.poisoned.lock().clone().unwrap_or_default(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn poison(&self, why: &Error) {
+        let mut p = self.poisoned.lock();
+        if p.is_none() {
+            *p = Some(why.to_string());
+        }
+        self.is_poisoned.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn maybe_reclaim(&self, seg: &Arc<Segment>) {
+        if seg.is_reclaimable() {
+            self.send(Job::Reclaim(seg.id));
+        }
+    }
+
+    pub(crate) fn stats(&self) -> Stats {
+        let segs: Vec<Arc<Segment>> = self.segments.lock().values().cloned().collect();
+        let mut tiers: Vec<TierStats> = self
+            .tiers
+            .iter()
+            .map(|t| {
+                let (free, ready) = t.pooled();
+                TierStats {
+                    path: t.medium.path().to_path_buf(),
+                    domain: t.domain(),
+                    survives_power_cut: t.medium.survives_power_cut(),
+                    bulk_write_path: t.medium.bulk_write_path(),
+                    capacity_bytes: t.capacity_bytes,
+                    file_bytes: t.used_bytes(),
+                    segments: 0,
+                    segments_free: free,
+                    segments_ready: ready,
+                    live_bytes: 0,
+                    dead_bytes: 0,
+                }
+            })
+            .collect();
+        for s in &segs {
+            let t = &mut tiers[s.tier];
+            t.segments += 1;
+            t.live_bytes += s.live_bytes.load(Ordering::Relaxed);
+            t.dead_bytes += s.dead_bytes.load(Ordering::Relaxed);
+        }
+        Stats {
+            entries: self.index.len() as u64,
+            live_bytes: tiers.iter().map(|t| t.live_bytes).sum(),
+            dead_bytes: tiers.iter().map(|t| t.dead_bytes).sum(),
+            segments: segs.len(),
+            capacity_bytes: tiers.iter().map(|t| t.capacity_bytes).sum(),
+            file_bytes: tiers.iter().map(|t| t.file_bytes).sum(),
+            puts: self.lanes.iter().map(|l| l.0.lock().puts).sum(),
+            removes: self.lanes.iter().map(|l| l.0.lock().removes).sum(),
+            full_errors: self.counters.full_errors.load(Ordering::Relaxed),
+            waits: crate::stats::Waits {
+                segment: self.counters.segment_waits.get(),
+                full: self.counters.full_waits.get(),
+                sync: self.counters.sync_waits.get(),
+            },
+            layout: self.layout.to_string(),
+            events: {
+                self.events.sweep(&self.index, Instant::now());
+                self.events.counts(&self.index)
+            },
+            poisoned: self.poisoned.lock().clone(),
+            tiers,
+        }
+    }
+}
+
+// The store is shared between threads; the compiler checks it stays so.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Store>();
+};

@@ -1,0 +1,229 @@
+//! Opening a store: metadata, tiers, recovery, the lanes' active segments, maintenance.
+
+use super::*;
+
+impl Store {
+    /// Options with defaults for a store in `dir`.
+    pub fn builder(dir: impl Into<PathBuf>) -> StoreOptions {
+        StoreOptions::new(dir)
+    }
+
+    /// Opens (creating if allowed) the store described by `options`, recovering its index.
+    pub fn open(options: StoreOptions) -> Result<Store> {
+        options.validate()?;
+        let (root, detected): (Arc<dyn Medium>, Option<Domain>) = match &options.media {
+            Some(m) => (m[0].clone(), None),
+            None => {
+                std::fs::create_dir_all(&options.dir)
+                    .map_err(|e| Error::io("create directory", &options.dir, e))?;
+                let d = options
+                    .tiers
+                    .first()
+                    .filter(|t| t.path.as_os_str() == "." || t.path == options.dir)
+                    .and_then(|t| t.domain)
+                    .unwrap_or_else(|| crate::medium::detect_domain(&options.dir).0);
+                (Arc::new(file_medium(&options.dir, d, &options)?), Some(d))
+            }
+        };
+        let lock = root.lock()?;
+        let meta = match Meta::load(&*root)? {
+            Some(meta) => {
+                let stored = KeyLayout::parse(&meta.layout)?;
+                if let Some(requested) = &options.layout {
+                    if *requested != stored {
+                        return Err(Error::LayoutMismatch {
+                            path: options.dir.clone(),
+                            stored: stored.to_string(),
+                            requested: requested.to_string(),
+                        });
+                    }
+                }
+                let mut meta = meta;
+                if options.tiers.len() == meta.tiers.len() {
+                    let mut changed = false;
+                    for (t, spec) in meta.tiers.iter_mut().zip(&options.tiers) {
+                        if spec.capacity_bytes != 0 && spec.capacity_bytes != t.capacity_bytes {
+                            t.capacity_bytes = spec.capacity_bytes;
+                            changed = true;
+                        }
+                    }
+                    if changed {
+                        meta.store(&*root)?;
+                    }
+                }
+                meta
+            }
+            None => {
+                if !options.create_if_missing {
+                    return Err(Error::NoStore(options.dir.clone()));
+                }
+                let specs = if options.tiers.is_empty() {
+                    vec![TierSpec::new(".")]
+                } else {
+                    options.tiers.clone()
+                };
+                let tiers = specs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        let domain = match (&options.media, t.domain) {
+                            (_, Some(d)) => d,
+                            (Some(m), None) => m[i.min(m.len() - 1)].domain(),
+                            (None, None) if i == 0 && (t.path.as_os_str() == ".") => {
+                                detected.unwrap_or(Domain::Block)
+                            }
+                            (None, None) => {
+                                let p = resolve(&options.dir, &t.path);
+                                let _ = std::fs::create_dir_all(&p);
+                                crate::medium::detect_domain(&p).0
+                            }
+                        };
+                        TierMeta {
+                            path: t.path.to_string_lossy().into_owned(),
+                            domain,
+                            capacity_bytes: t.capacity_bytes,
+                        }
+                    })
+                    .collect();
+                let meta = Meta {
+                    format_version: FORMAT_VERSION,
+                    layout: options.layout.clone().unwrap_or_default().to_string(),
+                    segment_size_bytes: options.segment_size_bytes as u64,
+                    created_unix_ms: now_ns() / 1_000_000,
+                    tiers,
+                };
+                meta.store(&*root)?;
+                meta
+            }
+        };
+        let layout = KeyLayout::parse(&meta.layout)?;
+        let segment_size = meta.segment_size_bytes as usize;
+        let mut tiers = Vec::with_capacity(meta.tiers.len());
+        for (i, t) in meta.tiers.iter().enumerate() {
+            let medium: Arc<dyn Medium> = match &options.media {
+                Some(m) => m.get(i).cloned().ok_or_else(|| Error::InvalidOption {
+                    name: "media",
+                    reason: format!(
+                        "the store has {} tiers, {} media given",
+                        meta.tiers.len(),
+                        m.len()
+                    ),
+                })?,
+                None if i == 0 && t.path == "." => {
+                    Arc::new(file_medium(&options.dir, t.domain, &options)?)
+                }
+                None => Arc::new(file_medium(
+                    &resolve(&options.dir, Path::new(&t.path)),
+                    t.domain,
+                    &options,
+                )?),
+            };
+            tiers.push(Tier::new(i, medium, t.capacity_bytes, segment_size));
+        }
+        let index = Index::new(layout.key_len(), layout.event_prefix_len());
+        let recovered = recovery::recover(&tiers, &index, options.recovery)?;
+        let events = Events::new(
+            &layout,
+            Policies::load(&*tiers[0].medium)?,
+            AckedSet::load(&*tiers[0].medium, layout.event_prefix_len())?,
+        );
+        // Before any reclaim decision: removals kill fragments and marks become live.
+        crate::events::rebuild::rebuild(&events, &index, &recovered.event_records);
+        // After recovery, which would otherwise adopt the new files a second time.
+        if options.preallocate_bytes > 0 {
+            tiers[0].preallocate(options.preallocate_bytes)?;
+        }
+        // The tails that were open at a crash become the lanes' active segments again, instead
+        // of being sealed part-empty: repeated crashes would otherwise strand a part-filled
+        // segment per lane per restart, and a bounded store could fill with them.
+        let mut lanes: Vec<Lane> = (0..options.lanes).map(|_| Lane::default()).collect();
+        let mut need_summary = Vec::new();
+        let mut free_lanes = lanes.iter_mut();
+        for seg in recovered.need_summary {
+            seg.forget_synced();
+            // Not a torn tail: the slot at `end` still holds the torn record's header, which a
+            // write interrupted between body and header could make valid again.
+            let torn = recovered
+                .report
+                .torn_tails
+                .iter()
+                .any(|(p, _)| p == seg.path());
+            let has_room = !torn
+                && seg.capacity() == segment_size
+                && seg.end.load(Ordering::Relaxed) + SEGMENT_HEADER_LEN < seg.capacity();
+            match if has_room { free_lanes.next() } else { None } {
+                Some(lane) => {
+                    seg.sealed.store(false, Ordering::Release);
+                    lane.seg = Some(seg);
+                }
+                None => need_summary.push(seg),
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let inner = Arc::new(Inner {
+            dir: options.dir.clone(),
+            layout,
+            verify_on_read: options.verify_on_read,
+            direct_min: options.direct_io_min_value_bytes,
+            tiers,
+            index,
+            events,
+            lanes: lanes
+                .into_iter()
+                .map(|l| PaddedLane(Mutex::new(l)))
+                .collect(),
+            segments: Mutex::new(
+                recovered
+                    .segments
+                    .iter()
+                    .map(|s| (s.id, s.clone()))
+                    .collect(),
+            ),
+            next_segment_id: AtomicU64::new(recovered.max_segment_id + 1),
+            next_lsn: AtomicU64::new(recovered.max_lsn + 1),
+            commit: GroupCommit::default(),
+            poisoned: Mutex::new(None),
+            is_poisoned: AtomicBool::new(false),
+            jobs: Mutex::new(tx),
+            space: (Mutex::new(0), Condvar::new()),
+            counters: Counters::default(),
+            _lock: lock,
+        });
+        for seg in need_summary {
+            inner.send(Job::Seal(seg));
+        }
+        for seg in &recovered.segments {
+            inner.maybe_reclaim(seg);
+        }
+        let worker = inner.clone();
+        let maintenance = std::thread::Builder::new()
+            .name("hotstore-maint".into())
+            .spawn(move || maintenance::run(&*worker, rx))
+            .map_err(|e| Error::io("spawn maintenance thread", &options.dir, e))?;
+        Ok(Store {
+            inner,
+            maintenance: Some(maintenance),
+            report: recovered.report,
+        })
+    }
+}
+
+/// A tier directory as a medium, with direct I/O off if no value would use it.
+fn file_medium(dir: &Path, domain: Domain, options: &StoreOptions) -> Result<FileMedium> {
+    let m = FileMedium::new(dir, domain)?;
+    Ok(
+        if options.direct_io_min_value_bytes as u64 > MAX_VALUE_LEN {
+            m.without_direct_io()
+        } else {
+            m
+        },
+    )
+}
+
+fn resolve(dir: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        dir.join(p)
+    }
+}

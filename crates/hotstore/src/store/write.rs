@@ -1,0 +1,323 @@
+//! The write path: put, remove and reserve/commit; publishing a record (header, index,
+//! events) and retiring the records it shadows.
+
+use super::*;
+
+impl Store {
+    /// Stores `value` under `key`, replacing any earlier value; returns once `durability` holds.
+    pub fn put(&self, key: &[u8], value: &[u8], durability: Durability) -> Result<()> {
+        self.put_with(key, value, durability.into())
+    }
+
+    /// [`Store::put`] with all write options.
+    pub fn put_with(&self, key: &[u8], value: &[u8], opts: WriteOptions) -> Result<()> {
+        self.put_parts_with(key, &[value], opts)
+    }
+
+    /// Stores the concatenation of `parts` (at most [`MAX_VALUE_PARTS`]) under `key`, as
+    /// [`Store::put_with`] would store it as one value, without the caller assembling it: on a
+    /// block tier the parts go to the file in one `pwritev`, so a value gathered from several
+    /// buffers (a recorder's ring slots) is copied once.
+    pub fn put_parts_with(&self, key: &[u8], parts: &[&[u8]], opts: WriteOptions) -> Result<()> {
+        check_key(key)?;
+        if parts.len() > MAX_VALUE_PARTS {
+            return Err(Error::InvalidOption {
+                name: "value parts",
+                reason: format!("{} parts; at most {MAX_VALUE_PARTS}", parts.len()),
+            });
+        }
+        let value_len: usize = parts.iter().map(|p| p.len()).sum();
+        check_value(value_len)?;
+        self.inner.check_poisoned()?;
+        let mut body_crc = crc32c::crc32c(key);
+        for p in parts {
+            body_crc = crate::checksum::crc32c_append(body_crc, p);
+        }
+        let mut all: [&[u8]; MAX_VALUE_PARTS + 1] = [&[]; MAX_VALUE_PARTS + 1];
+        all[0] = key;
+        all[1..=parts.len()].copy_from_slice(parts);
+        let all = &all[..=parts.len()];
+        let rec_len = record::record_len(key.len(), value_len);
+        let (mut lane, seg, off) = self.inner.lane_with_room(rec_len, opts.full_wait, false)?;
+        // Safety: [off, off + rec_len) is past `end` of the lane's active segment, which only
+        // this lane (locked) writes.
+        // A bulk record is written entirely through the medium (pwrite on block tiers): a
+        // single store through the mapping would map its page writable, and every write-back of
+        // that page then costs a TLB shoot-down and a page fault (25% of the time in a profile).
+        let bulk = is_bulk(value_len);
+        let written = if value_len >= self.inner.direct_min {
+            // Safety: as above.
+            unsafe { seg.write_body_parts_direct(off + HEADER_LEN, all) }.map(|_| ())
+        } else {
+            // Safety: as above.
+            unsafe { seg.write_body_parts(off + HEADER_LEN, all, bulk) }
+        };
+        if let Err(e) = written {
+            // Page-cache state after a failed write is unknown: refuse further writes.
+            self.inner.poison(&e);
+            return Err(e);
+        }
+        let mut shard = self.inner.index.shard(key).write();
+        self.inner.publish(
+            &mut lane,
+            &seg,
+            off,
+            Kind::Put,
+            key,
+            value_len,
+            body_crc,
+            &mut shard,
+        )?;
+        drop(shard);
+        lane.puts += 1;
+        self.inner.durable(lane, &seg, opts.durability)
+    }
+
+    /// Removes `key` with a durable tombstone; returns whether it was present (nothing is
+    /// written if it was not).
+    pub fn remove(&self, key: &[u8], durability: Durability) -> Result<bool> {
+        self.remove_with(key, durability.into())
+    }
+
+    /// [`Store::remove`] with all write options.
+    pub fn remove_with(&self, key: &[u8], opts: WriteOptions) -> Result<bool> {
+        check_key(key)?;
+        self.inner.check_poisoned()?;
+        if !self.contains(key) {
+            self.inner.durable_absence(opts.durability)?;
+            return Ok(false);
+        }
+        let rec_len = record::record_len(key.len(), 0);
+        let body_crc = record::body_checksum(key, &[]);
+        let (mut lane, seg, off) = self.inner.lane_with_room(rec_len, opts.full_wait, true)?;
+        // Safety: unpublished space of the lane's own segment.
+        unsafe { seg.write_at(off + HEADER_LEN, key) };
+        let mut shard = self.inner.index.shard(key).write();
+        if !shard.contains_key(&IndexKey::new(key)) {
+            drop(shard);
+            drop(lane);
+            self.inner.durable_absence(opts.durability)?;
+            return Ok(false);
+        }
+        self.inner.publish(
+            &mut lane,
+            &seg,
+            off,
+            Kind::Tombstone,
+            key,
+            0,
+            body_crc,
+            &mut shard,
+        )?;
+        drop(shard);
+        lane.removes += 1;
+        self.inner.durable(lane, &seg, opts.durability)?;
+        Ok(true)
+    }
+
+    /// Reserves room for a `len`-byte value under `key` and returns a writable slice in the
+    /// store's own memory (DAQDB's Alloc): fill it, then [`Reservation::commit`]. Nothing is
+    /// visible or stored until the commit; dropping the reservation discards it. The calling
+    /// thread's lane stays locked while the reservation lives.
+    pub fn reserve(&self, key: &[u8], len: usize) -> Result<Reservation<'_>> {
+        self.reserve_with(key, len, None)
+    }
+
+    /// [`Store::reserve`], waiting up to `full_wait` for space when the store is full.
+    pub fn reserve_with(
+        &self,
+        key: &[u8],
+        len: usize,
+        full_wait: Option<Duration>,
+    ) -> Result<Reservation<'_>> {
+        check_key(key)?;
+        check_value(len)?;
+        self.inner.check_poisoned()?;
+        let rec_len = record::record_len(key.len(), len);
+        let (lane, seg, off) = self.inner.lane_with_room(rec_len, full_wait, false)?;
+        // Safety: unpublished space of the lane's own segment.
+        unsafe { seg.write_at(off + HEADER_LEN, key) };
+        Ok(Reservation {
+            inner: &self.inner,
+            lane,
+            seg,
+            off,
+            key_len: key.len(),
+            value_len: len,
+        })
+    }
+}
+
+/// Space reserved by [`Store::reserve`]: fill [`Reservation::value_mut`], then commit.
+pub struct Reservation<'a> {
+    inner: &'a Inner,
+    lane: MutexGuard<'a, Lane>,
+    seg: Arc<Segment>,
+    off: usize,
+    key_len: usize,
+    value_len: usize,
+}
+
+impl Reservation<'_> {
+    /// The value bytes, in the store's memory. Initially unspecified (not necessarily zero).
+    pub fn value_mut(&mut self) -> &mut [u8] {
+        // Safety: the range is unpublished space of the segment owned by our locked lane;
+        // the exclusive borrow of `self` makes this the only reference to it.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.seg
+                    .region
+                    .as_ptr()
+                    .add(self.off + HEADER_LEN + self.key_len),
+                self.value_len,
+            )
+        }
+    }
+
+    /// Publishes the value and returns once `durability` holds.
+    pub fn commit(mut self, durability: Durability) -> Result<()> {
+        // Safety: our own reserved, fully written range.
+        let (key, value) = unsafe {
+            let kv = self
+                .seg
+                .bytes(self.off + HEADER_LEN, self.key_len + self.value_len);
+            kv.split_at(self.key_len)
+        };
+        let body_crc = record::body_checksum(key, value);
+        let mut shard = self.inner.index.shard(key).write();
+        self.inner.publish(
+            &mut self.lane,
+            &self.seg,
+            self.off,
+            Kind::Put,
+            key,
+            self.value_len,
+            body_crc,
+            &mut shard,
+        )?;
+        drop(shard);
+        self.lane.puts += 1;
+        self.inner.durable(self.lane, &self.seg, durability)
+    }
+}
+
+impl Inner {
+    /// Writes the header of a record whose key and value are in place, and makes it visible.
+    /// A fragment put is first admitted by the event table (a fragment of an acknowledged
+    /// event is refused, unpublished), and accounted to its event after.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts of one record, kept apart to avoid copies"
+    )]
+    fn publish(
+        &self,
+        lane: &mut Lane, // proof that the caller holds the lane owning `seg`
+        seg: &Arc<Segment>,
+        off: usize,
+        kind: Kind,
+        key: &[u8],
+        value_len: usize,
+        body_crc: u32,
+        shard: &mut ShardMap,
+    ) -> Result<()> {
+        // Event work only where the store tracks events (checked under the shard lock, which
+        // the tracking build also takes: see `Events::track`).
+        let fragment = shard.events.tracked && self.events.is_fragment(key);
+        let probe = fragment.then(|| IndexKey::new(&key[..self.events.prefix_len]));
+        if let (Some(probe), Kind::Put) = (&probe, kind) {
+            self.events.admit(&shard.events, key, probe)?;
+        }
+        let lsn = self.write_header(lane, seg, off, kind, key, value_len, body_crc)?;
+        let len = record::record_len(key.len(), value_len) as u64;
+        let old = match kind {
+            Kind::Put => {
+                seg.live_records.fetch_add(1, Ordering::AcqRel);
+                seg.live_bytes.fetch_add(len, Ordering::Relaxed);
+                let old = shard.keys.insert(
+                    IndexKey::new(key),
+                    Loc {
+                        seg: seg.clone(),
+                        offset: off as u32,
+                        value_len: value_len as u32,
+                        lsn,
+                    },
+                );
+                if let Some(probe) = probe {
+                    let no = self.index.event_shard_no(probe.as_bytes());
+                    self.events
+                        .on_put(&mut shard.events, no, key, probe, value_len, old.as_ref());
+                }
+                old
+            }
+            Kind::Tombstone => {
+                seg.dead_bytes.fetch_add(len, Ordering::Relaxed);
+                let old = shard.keys.remove(&IndexKey::new(key));
+                if let (true, Some(o)) = (fragment, &old) {
+                    if let Some(mark) = self.events.on_remove(&mut shard.events, key, o) {
+                        self.retire(&mark.seg, mark.rec_len);
+                    }
+                }
+                old
+            }
+            Kind::EventRemove | Kind::EventMark => {
+                return Err(Error::InvalidArgument(
+                    "event records are written by the event calls, not as keys".into(),
+                ))
+            }
+        };
+        if let Some(old) = old {
+            // Pin before the old segment can be seen dead, so the recycler cannot miss us.
+            seg.pin_on(&old.seg);
+            self.retire(
+                &old.seg,
+                record::record_len(key.len(), old.value_len as usize) as u64,
+            );
+        }
+        Ok(())
+    }
+
+    /// Writes the header of the record at `off` (key and value in place), takes its lsn and
+    /// moves the segment's end past it. Called under the index shard lock of the key, so per
+    /// key (and per event) the lsn order is the index order.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts of one record, kept apart to avoid copies"
+    )]
+    pub(crate) fn write_header(
+        &self,
+        _lane: &mut Lane,
+        seg: &Arc<Segment>,
+        off: usize,
+        kind: Kind,
+        key: &[u8],
+        value_len: usize,
+        body_crc: u32,
+    ) -> Result<u64> {
+        let lsn = self.next_lsn.fetch_add(1, Ordering::Relaxed);
+        let header = record::encode_header_with(seg.id, kind, key.len(), value_len, lsn, body_crc);
+        let rec_len = record::record_len(key.len(), value_len);
+        if is_bulk(value_len) {
+            // Through the medium like the value (pwrite on block tiers), so the header never
+            // waits on a page under write-back. A failure leaves the record unpublished.
+            // Safety: the header slot of our unpublished record.
+            if let Err(e) = unsafe { seg.write_body(off, &header, true) } {
+                self.poison(&e);
+                return Err(e);
+            }
+        } else {
+            // Safety: the header slot of our unpublished record.
+            unsafe { seg.write_at(off, &header) };
+        }
+        seg.end.store(off + rec_len, Ordering::Release);
+        Ok(lsn)
+    }
+
+    /// A live record of `rec_len` bytes in `seg` became dead.
+    pub(crate) fn retire(&self, seg: &Arc<Segment>, rec_len: u64) {
+        seg.live_bytes.fetch_sub(rec_len, Ordering::Relaxed);
+        seg.dead_bytes.fetch_add(rec_len, Ordering::Relaxed);
+        if seg.live_records.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.maybe_reclaim(seg);
+        }
+    }
+}
