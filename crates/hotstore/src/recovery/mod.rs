@@ -8,8 +8,10 @@
 //! resolve to the highest lsn; removals stay removed (tombstones are held in the index until
 //! every segment is read, then dropped).
 
+mod bulk;
+
 use crate::error::{Error, Result};
-use crate::index::{Index, IndexKey, Loc, TOMBSTONE_LEN};
+use crate::index::Index;
 use crate::options::RecoveryMode;
 use crate::record::{self, Kind, HEADER_LEN, RECORD_ALIGN};
 use crate::segment::{self, Segment, SegmentHeader, SEGMENT_HEADER_LEN};
@@ -248,44 +250,12 @@ pub struct Recovered {
     pub report: RecoveryReport,
 }
 
-fn apply<E>(index: &Index<E>, seg: &Arc<Segment>, e: &Entry) {
-    let len = record::record_len(e.key.len(), e.value_len as usize) as u64;
-    seg.dead_bytes.fetch_add(len, Ordering::Relaxed);
-    let mut shard = index.shard(&e.key).write();
-    let loc = Loc {
-        seg: seg.clone(),
-        offset: e.offset,
-        value_len: if e.kind == Kind::Tombstone {
-            TOMBSTONE_LEN
-        } else {
-            e.value_len
-        },
-        lsn: e.lsn,
-    };
-    match shard.get_mut(&IndexKey::new(&e.key)) {
-        None => {
-            if e.kind == Kind::Put {
-                seg.mark_live(len);
-            }
-            shard.insert(IndexKey::new(&e.key), loc);
-        }
-        Some(old) if old.lsn < e.lsn => {
-            seg.pin_on(&old.seg);
-            if old.value_len != TOMBSTONE_LEN {
-                old.seg
-                    .mark_dead(record::record_len(e.key.len(), old.value_len as usize) as u64);
-            }
-            if e.kind == Kind::Put {
-                seg.mark_live(len);
-            }
-            *old = loc;
-        }
-        Some(newer) => newer.seg.pin_on(seg),
-    }
-}
-
 /// Rebuilds `index` from every tier's files.
-pub fn recover<E>(tiers: &[Tier], index: &Index<E>, mode: RecoveryMode) -> Result<Recovered> {
+pub fn recover<E: Send + Sync>(
+    tiers: &[Tier],
+    index: &Index<E>,
+    mode: RecoveryMode,
+) -> Result<Recovered> {
     let started = Instant::now();
     let mut report = RecoveryReport::default();
     let mut segments = Vec::new();
@@ -293,6 +263,7 @@ pub fn recover<E>(tiers: &[Tier], index: &Index<E>, mode: RecoveryMode) -> Resul
     let mut max_segment_id = 0;
     let mut max_lsn = 0;
     let mut event_records = Vec::new();
+    let mut pending = bulk::Pending::new();
     // Segments a group reclaim was freeing when the process stopped: free them now.
     let intent: Vec<u64> = match tiers.first() {
         Some(t) => t
@@ -457,7 +428,7 @@ pub fn recover<E>(tiers: &[Tier], index: &Index<E>, mode: RecoveryMode) -> Resul
                         rec_len,
                     });
                 } else {
-                    apply(index, &seg, e);
+                    pending.push(index, segments.len(), e);
                 }
             }
             if salvaged {
@@ -482,12 +453,8 @@ pub fn recover<E>(tiers: &[Tier], index: &Index<E>, mode: RecoveryMode) -> Resul
         // Every listed segment now has a durable free header.
         tiers[0].medium.remove(RECLAIM_INTENT)?;
     }
-    // Tombstones were only needed to resolve order; drop them.
-    for shard in index.shards() {
-        shard
-            .write()
-            .retain(|_, loc| loc.value_len != TOMBSTONE_LEN);
-    }
+    // Every key at once, the shards in parallel (tombstones only decide the order: dropped).
+    pending.build(index, &segments);
     report.duration = started.elapsed();
     Ok(Recovered {
         segments,
