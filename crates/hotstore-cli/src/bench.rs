@@ -49,6 +49,24 @@ pub enum Order {
     Random,
 }
 
+/// A peer measured beside hotstore in the same run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Peer {
+    /// LMDB (C, through heed) with MDB_NOSYNC | MDB_WRITEMAP: puts 1000 per transaction and
+    /// one per transaction; gets zero-copy in read transactions.
+    Lmdb,
+}
+
+/// One peer's figure in the report.
+#[derive(Debug, Clone, Serialize)]
+struct PeerResult {
+    name: String,
+    ops_per_sec: f64,
+    /// hotstore's ops/s over the peer's (same run, medians).
+    ratio: f64,
+}
+
 /// What to measure.
 pub struct Config {
     /// Operation.
@@ -83,6 +101,8 @@ pub struct Config {
     pub events: bool,
     /// Values at least this long go by direct I/O (`None`: the engine default).
     pub direct_io_min: Option<u64>,
+    /// A peer to measure in the same run, alternating with hotstore's runs.
+    pub vs: Option<Peer>,
     /// One JSON object instead of text.
     pub json: bool,
 }
@@ -150,6 +170,15 @@ struct Report {
     ratio: f64,
     repeat: usize,
     runs: Vec<Run>,
+    /// Peers measured in the same run (`--vs`), medians of as many runs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    peers: Vec<PeerResult>,
+    /// put --vs lmdb: hotstore / LMDB with 1000 puts per transaction.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_vs_lmdb_batched: Option<f64>,
+    /// get --vs lmdb: hotstore / LMDB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_vs_lmdb: Option<f64>,
 }
 
 fn durability_name(d: Durability) -> &'static str {
@@ -220,15 +249,15 @@ struct Counter(AtomicU64);
 
 /// Shared between the controller and the threads of one measurement.
 #[derive(Default)]
-struct Flags {
-    stop: AtomicBool,
-    full: AtomicBool,
+pub(crate) struct Flags {
+    pub(crate) stop: AtomicBool,
+    pub(crate) full: AtomicBool,
     failed: AtomicBool,
     error: Mutex<Option<String>>,
 }
 
 impl Flags {
-    fn fail(&self, msg: String) {
+    pub(crate) fn fail(&self, msg: String) {
         if let Ok(mut e) = self.error.lock() {
             e.get_or_insert(msg);
         }
@@ -237,15 +266,15 @@ impl Flags {
 }
 
 /// Ops and seconds in the measured window.
-struct Window {
-    ops: u64,
-    secs: f64,
-    stopped_full: bool,
+pub(crate) struct Window {
+    pub(crate) ops: u64,
+    pub(crate) secs: f64,
+    pub(crate) stopped_full: bool,
 }
 
 /// Runs `work(thread, counter, flags)` on `threads` threads: warm-up, then the window.
 /// `work` loops until `flags.stop`, storing its running op count in `counter` after each op.
-fn measure<F>(threads: usize, duration: Duration, work: F) -> CliResult<Window>
+pub(crate) fn measure<F>(threads: usize, duration: Duration, work: F) -> CliResult<Window>
 where
     F: Fn(usize, &AtomicU64, &Flags) + Sync,
 {
@@ -329,12 +358,12 @@ fn fresh_store(
     Ok((tmp, store))
 }
 
-fn key(run: usize, event: u64) -> [u8; 16] {
+pub(crate) fn key(run: usize, event: u64) -> [u8; 16] {
     FragmentKey::new(run as u32, event, 0, 0).to_bytes()
 }
 
 /// A value of `len` non-trivial bytes.
-fn value_buffer(len: usize) -> Vec<u8> {
+pub(crate) fn value_buffer(len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(151) ^ 0x5a)
         .collect()
@@ -490,6 +519,10 @@ fn median_index(runs: &[Run]) -> usize {
     idx[idx.len() / 2]
 }
 
+const LMDB_BATCHED: &str = "lmdb batched (1000 puts/txn, NOSYNC|WRITEMAP)";
+const LMDB_SINGLE: &str = "lmdb single (1 put/txn, NOSYNC|WRITEMAP)";
+const LMDB_GET: &str = "lmdb get (zero-copy, read txn per 1000)";
+
 /// Runs the benchmark and prints its result.
 pub fn run(cfg: &Config) -> CliResult<()> {
     if cfg.value_size == 0 || cfg.value_size > MAX_VALUE_LEN {
@@ -529,12 +562,34 @@ pub fn run(cfg: &Config) -> CliResult<()> {
     let mut runs = Vec::with_capacity(cfg.repeat);
     let mut domain = (Domain::Volatile, "mapped");
     let mut key_count = None;
+    // Peer name -> its ops/s in each run.
+    let mut peer_runs: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut peer_run = |name: &str, w: &Window| {
+        let rate = w.ops as f64 / w.secs.max(1e-9);
+        match peer_runs.iter_mut().find(|(n, _)| n == name) {
+            Some((_, v)) => v.push(rate),
+            None => peer_runs.push((name.to_string(), vec![rate])),
+        }
+    };
+    if cfg.vs.is_some() {
+        crate::bench_lmdb::check(cfg.threads)?;
+    }
     match cfg.op {
         Op::Put | Op::Recovery => {
             for _ in 0..cfg.repeat {
                 let (r, d) = put_run(&base, cfg, seg, cap)?;
                 domain = d;
                 runs.push(r);
+                if cfg.vs == Some(Peer::Lmdb) {
+                    let size = cfg.value_size as usize;
+                    for (name, batch) in
+                        [(LMDB_BATCHED, crate::bench_lmdb::BATCH), (LMDB_SINGLE, 1)]
+                    {
+                        let w =
+                            crate::bench_lmdb::put_window(&base, size, batch, cfg.duration, cap)?;
+                        peer_run(name, &w);
+                    }
+                }
             }
         }
         Op::Get => {
@@ -557,6 +612,18 @@ pub fn run(cfg: &Config) -> CliResult<()> {
                 r.copy_ops_per_sec = Some(c.ops_per_sec);
                 r.copy_bytes_per_sec = Some(c.bytes_per_sec);
                 runs.push(r);
+                if cfg.vs == Some(Peer::Lmdb) {
+                    let map = (n * (cfg.value_size + 64) * 3).max(64 << 20);
+                    let w = crate::bench_lmdb::get_window(
+                        &base,
+                        cfg.value_size as usize,
+                        n,
+                        cfg.order == Order::Random,
+                        cfg.duration,
+                        map,
+                    )?;
+                    peer_run(LMDB_GET, &w);
+                }
             }
             store.close()?;
             drop(tmp);
@@ -573,6 +640,21 @@ pub fn run(cfg: &Config) -> CliResult<()> {
         m.copy_ops_per_sec = Some(o);
         m.copy_bytes_per_sec = Some(b);
     }
+    let peers: Vec<PeerResult> = peer_runs
+        .into_iter()
+        .map(|(name, mut v)| {
+            v.sort_by(f64::total_cmp);
+            let ops = v[v.len() / 2];
+            PeerResult {
+                name,
+                ops_per_sec: ops,
+                ratio: m.ops_per_sec / ops.max(1e-9),
+            }
+        })
+        .collect();
+    let peer_ratio = |name: &str| peers.iter().find(|p| p.name == name).map(|p| p.ratio);
+    let ratio_vs_lmdb_batched = peer_ratio(LMDB_BATCHED);
+    let ratio_vs_lmdb = peer_ratio(LMDB_GET);
     let ratio = m.bytes_per_sec / limit.bytes_per_sec.max(1e-9);
     let copy_ratio = m
         .copy_bytes_per_sec
@@ -608,6 +690,9 @@ pub fn run(cfg: &Config) -> CliResult<()> {
         ratio,
         repeat: cfg.repeat,
         runs,
+        peers,
+        ratio_vs_lmdb_batched,
+        ratio_vs_lmdb,
     };
     let mut out = Out::new();
     if cfg.json {
@@ -694,6 +779,14 @@ fn print_human(out: &mut Out, r: &Report) -> CliResult<()> {
         rate(r.ops_per_sec, r.bytes_per_sec),
         r.runs.len()
     ))?;
+    for p in &r.peers {
+        out.line(format_args!(
+            "peer:   {}: {} ops/s (hotstore {:.2}x)",
+            p.name,
+            human_count(p.ops_per_sec),
+            p.ratio
+        ))?;
+    }
     if let (Some(o), Some(b)) = (r.copy_ops_per_sec, r.copy_bytes_per_sec) {
         out.line(format_args!("        copying get: {}", rate(o, b)))?;
     }

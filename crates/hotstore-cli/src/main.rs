@@ -11,6 +11,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod acklog;
 mod bench;
+mod bench_dram;
+mod bench_lmdb;
 mod bench_recovery;
 mod device;
 mod dump;
@@ -68,6 +70,8 @@ enum BenchCommand {
     Get(BenchArgs),
     /// Index rebuild at open: --key-count values of --value-size, from summaries and by scan.
     Recovery(BenchArgs),
+    /// DRAM per live key (index and event table), from the process's anonymous memory.
+    Dram(bench_dram::DramArgs),
     Device(device::DeviceArgs),
     Model(device::ModelArgs),
 }
@@ -290,6 +294,11 @@ struct BenchArgs {
     /// interior). Default: the engine's (256 KiB); `off` never.
     #[arg(long, value_parser = parse_size_or_off, value_name = "BYTES|off")]
     direct_io_min: Option<u64>,
+    /// Also measure a peer in the same run, alternating with hotstore's runs, and print both
+    /// with their ratio: `lmdb` (put: 1000 puts per transaction and one per transaction; get:
+    /// zero-copy reads; MDB_NOSYNC|MDB_WRITEMAP, one thread).
+    #[arg(long, value_enum)]
+    vs: Option<bench::Peer>,
 }
 
 /// The DAQ benchmark: readout threads write events, collectors claim, check and acknowledge them.
@@ -455,6 +464,7 @@ fn run(cli: Cli) -> CliResult<ExitCode> {
         }
         Command::Record(a) => return record::run(a),
         Command::Bench(BenchCommand::Device(a)) => return device::run(a),
+        Command::Bench(BenchCommand::Dram(a)) => bench_dram::run(&a)?,
         Command::Bench(BenchCommand::Model(a)) => return device::run_model(a),
         Command::Bench(BenchCommand::Put(a)) => bench_run(bench::Op::Put, a)?,
         Command::Bench(BenchCommand::Get(a)) => bench_run(bench::Op::Get, a)?,
@@ -481,6 +491,7 @@ fn bench_run(op: bench::Op, a: BenchArgs) -> CliResult<()> {
         preallocate: a.preallocate,
         events: a.events,
         direct_io_min: a.direct_io_min,
+        vs: a.vs,
         json: a.json,
     })
 }

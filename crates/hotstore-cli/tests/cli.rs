@@ -423,3 +423,96 @@ fn bench_recovery_reopens_from_summaries_and_by_scan() {
         assert!(p["data_bytes_per_sec"].as_f64().unwrap() > 0.0);
     }
 }
+
+/// `bench put|get --vs lmdb` measures LMDB in the same run and reports it beside hotstore
+/// (positive rates, a ratio); `--events` and the direct-I/O threshold show in the JSON.
+#[test]
+fn bench_vs_lmdb_reports_the_peer_beside_hotstore() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let o = hotstore(&[
+        "bench",
+        "put",
+        "--dir",
+        d,
+        "--value-size",
+        "100",
+        "--duration",
+        "0.2",
+        "--capacity",
+        "256MiB",
+        "--vs",
+        "lmdb",
+        "--events",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let peers = v["peers"].as_array().expect("peers");
+    assert_eq!(peers.len(), 2, "batched and single: {v}");
+    for p in peers {
+        assert!(p["ops_per_sec"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["ratio"].as_f64().unwrap() > 0.0, "{p}");
+    }
+    assert!(v["ratio_vs_lmdb_batched"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["events_tracked"], Value::Bool(true));
+    assert!(v["direct_io_min_value_bytes"].as_u64().is_some());
+    let o = hotstore(&[
+        "bench",
+        "get",
+        "--dir",
+        d,
+        "--value-size",
+        "100",
+        "--duration",
+        "0.2",
+        "--key-count",
+        "5000",
+        "--capacity",
+        "256MiB",
+        "--vs",
+        "lmdb",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert!(v["ratio_vs_lmdb"].as_f64().unwrap() > 0.0, "{v}");
+    // More than one thread is refused with a reason.
+    let o = hotstore(&[
+        "bench",
+        "put",
+        "--dir",
+        d,
+        "--threads",
+        "2",
+        "--duration",
+        "0.2",
+        "--vs",
+        "lmdb",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--threads 1"), "{}", stderr(&o));
+}
+
+/// `bench dram` reports DRAM per key for its three cases (a figure, not a threshold: the
+/// numbers go to docs/benchmarks.md), and refuses a directory on a disk.
+#[test]
+fn bench_dram_reports_bytes_per_key() {
+    if !Path::new("/dev/shm").is_dir() {
+        eprintln!("no /dev/shm: skipped");
+        return;
+    }
+    let o = hotstore(&["bench", "dram", "--keys", "50000", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let figures = v["figures"].as_array().expect("figures");
+    assert_eq!(figures.len(), 3, "{v}");
+    for f in figures {
+        assert_eq!(f["keys"].as_u64(), Some(50000));
+        assert!(f["bytes_per_key"].as_f64().is_some(), "{f}");
+    }
+    let disk = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let o = hotstore(&["bench", "dram", "--dir", disk.path().to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not a memory file system"), "{}", stderr(&o));
+}
