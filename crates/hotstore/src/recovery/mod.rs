@@ -347,8 +347,8 @@ pub fn recover<E: Send + Sync>(
                         h
                     }
                     None => {
-                        // Never written (a header is persisted before any record in the
-                        // file), or damaged and holding no record we can find.
+                        // Never written (a header is persisted with the first persisted
+                        // record of the file), or damaged and holding no record we can find.
                         report.bad_headers.push((path, why.to_string()));
                         adopt_free(tier, slot, name, region)?;
                         continue;
