@@ -514,5 +514,9 @@ fn bench_dram_reports_bytes_per_key() {
     let disk = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let o = hotstore(&["bench", "dram", "--dir", disk.path().to_str().unwrap()]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("not a memory file system"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not a memory file system"),
+        "{}",
+        stderr(&o)
+    );
 }

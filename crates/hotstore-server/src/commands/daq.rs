@@ -94,6 +94,10 @@ pub fn frag_put(ctx: &mut Ctx, args: &Args) -> CmdResult {
     }
     let key = fragment_key(layout(ctx), args)?;
     let durability = durability_option(args, n + 2)?;
+    // FRAG.PUT is event use: the store keeps event state from the first one on, so
+    // STORE.STATS, INFO and the metrics count events before any consumer has claimed
+    // (one atomic load once tracking has started).
+    ctx.shared.store.track_events();
     ctx.shared
         .store
         .put(&key, args.get(n + 1), Durability::Memory)

@@ -145,6 +145,15 @@ impl Store {
             .map(|e| e.info(id.as_bytes()))
     }
 
+    /// Starts keeping event state now, if the store does not yet (see the `events` module:
+    /// a store starts untracked unless it already uses events, and the first event call
+    /// starts tracking). For producers that want `stats().events` to count events before any
+    /// consumer claims one: from this call on every fragment put is accounted to its event.
+    /// Costs one pass over the keys the first time, one atomic load after.
+    pub fn track_events(&self) {
+        self.inner.events.track(&self.inner.index);
+    }
+
     /// The policy that applies to events of `run` (the layout's first field).
     pub fn event_policy(&self, run: Option<u64>) -> EventPolicy {
         // Reading a policy is not a use of events: no tracking starts here.
