@@ -114,3 +114,53 @@ fn a_store_that_used_events_is_tracked_again_after_a_reopen() {
     );
     assert_eq!((c.open, c.ready), (1, 1));
 }
+
+/// Events complete with their first fragment (the default policy) are READY without an entry
+/// of their own ("implicit"): they must count, list, seal, claim, vanish with their fragments
+/// and survive a policy change exactly as events with an entry do.
+#[test]
+fn implicit_ready_events_behave_like_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::builder(dir.path()).lanes(2).open().unwrap();
+    s.track_events();
+    for e in 0..6u64 {
+        for d in 0..3u16 {
+            s.put(&frag(e, d), b"abc", Durability::Memory).unwrap();
+        }
+    }
+    let c = s.stats().events;
+    assert_eq!((c.ready, c.open), (6, 0));
+    let info = s.event_info(&EventId::new(7, 2)).expect("listed");
+    assert_eq!((info.fragments, info.bytes), (3, 9));
+    // Sealing a READY event is allowed (and durable): it gets its entry.
+    s.seal(&EventId::new(7, 2), Durability::Memory).unwrap();
+    assert!(s.event_info(&EventId::new(7, 2)).unwrap().sealed);
+    // Removing every fragment of event 3 removes the event.
+    for d in 0..3u16 {
+        assert!(s.remove(&frag(3, d), Durability::Memory).unwrap());
+    }
+    assert_eq!(s.stats().events.ready, 5);
+    assert!(s.event_info(&EventId::new(7, 3)).is_none());
+    // A policy expecting more fragments leaves READY events READY, with all their fragments.
+    s.set_event_policy(EventPolicy::expecting(5)).unwrap();
+    s.put(&frag(4, 9), b"late but not acked", Durability::Memory)
+        .unwrap();
+    let info = s.event_info(&EventId::new(7, 4)).unwrap();
+    assert_eq!(
+        (info.fragments, info.state),
+        (4, hotstore::EventState::Ready)
+    );
+    // Claims come oldest first, with their fragment counts, and skip the removed event.
+    let mut got = Vec::new();
+    while let Some(c) = s.next_event("c", LEASE).unwrap() {
+        got.push((c.event().clone(), c.fragment_count()));
+        c.ack(Ack::Remove).unwrap();
+    }
+    let want: Vec<(EventId, u32)> = [(0, 3), (1, 3), (2, 3), (4, 4), (5, 3)]
+        .into_iter()
+        .map(|(e, n)| (EventId::new(7, e), n))
+        .collect();
+    assert_eq!(got, want);
+    let c = s.stats().events;
+    assert_eq!((c.ready, c.claimed, c.removed_total), (0, 0, 5));
+}

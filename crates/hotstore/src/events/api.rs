@@ -74,8 +74,8 @@ impl Store {
         if to.is_some_and(|t| t < from) {
             return Vec::new();
         }
-        // The entries are hashed; the keys are ordered: walk each shard's fragment keys from
-        // `from` and list the event of each new prefix, at most `limit` per shard.
+        // Implicit READY events have no entry (see `ShardEvents`): walk each shard's fragment
+        // keys from `from` and list the event of each new prefix, at most `limit` per shard.
         let plen = inner.events.prefix_len;
         let flen = inner.events.fragment_len;
         let mut out: Vec<EventInfo> = Vec::new();
@@ -96,12 +96,8 @@ impl Store {
                     break;
                 }
                 last = Some(prefix);
-                if let Some(e) = shard
-                    .events
-                    .entries
-                    .get(&crate::index::IndexKey::new(prefix))
-                {
-                    out.push(e.info(prefix));
+                if let Some(info) = inner.events.info_in(&shard.keys, &shard.events, prefix) {
+                    out.push(info);
                     listed += 1;
                     if listed == limit {
                         break;
@@ -138,11 +134,9 @@ impl Store {
         inner.events.track(&inner.index);
         inner.events.sweep(&inner.index, Instant::now());
         let shard = inner.index.event_shard(id.as_bytes()).read();
-        shard
+        inner
             .events
-            .entries
-            .get(&crate::index::IndexKey::new(id.as_bytes()))
-            .map(|e| e.info(id.as_bytes()))
+            .info_in(&shard.keys, &shard.events, id.as_bytes())
     }
 
     /// Starts keeping event state now, if the store does not yet (see the `events` module:

@@ -177,7 +177,8 @@ impl Inner {
             if let Some(no) = ev.oldest_ready_shard() {
                 let mut shard = self.index.shards()[no].write();
                 // Another consumer may have emptied this queue since: look again.
-                let Some((prefix, e)) = ev.pop_ready(&mut shard.events, no) else {
+                let shard = &mut *shard;
+                let Some((prefix, e)) = ev.pop_ready(&shard.keys, &mut shard.events, no) else {
                     continue;
                 };
                 let p = prefix.as_bytes();

@@ -274,7 +274,11 @@ pub(crate) struct ShardEvents {
     /// False until the store tracks events ([`Events::track`]): puts skip all event work.
     pub(crate) tracked: bool,
     /// Event prefix → lifecycle state (ordered: DAQ event ids mostly grow, so inserts append
-    /// at the right edge; a hash map measured no faster and larger).
+    /// at the right edge; a hash map measured no faster and larger). An event complete with
+    /// its first fragment (the default policy) has no entry while it is READY and untouched:
+    /// it is *implicit*, its queue entry is its state and its fragments are counted from the
+    /// keys when it is claimed, sealed or listed (then it gets an entry). In a tracked shard,
+    /// an event with fragments and no entry is an implicit READY event.
     pub(crate) entries: BTreeMap<IndexKey, EventEntry>,
     /// READY events of this shard by the store-wide sequence number they got when they first
     /// became READY (pushed in increasing order, so a push is O(1)).
@@ -282,6 +286,32 @@ pub(crate) struct ShardEvents {
     /// Queue entries whose event left READY other than by being popped (its fragments were
     /// removed): dropped in one pass once they are half the queue.
     stale: usize,
+}
+
+/// One shard's keys (what the implicit events are counted from).
+pub(crate) type Keys = BTreeMap<IndexKey, Loc>;
+
+/// The fragments of event `prefix` in a shard's keys, and their value bytes.
+fn fragment_counts(keys: &Keys, prefix: &[u8], fragment_len: usize) -> (u32, u64) {
+    let mut n = 0u32;
+    let mut bytes = 0u64;
+    for (k, loc) in keys
+        .range(IndexKey::new(prefix)..)
+        .take_while(|(k, _)| k.as_bytes().starts_with(prefix))
+    {
+        if k.as_bytes().len() == fragment_len {
+            n += 1;
+            bytes += u64::from(loc.value_len);
+        }
+    }
+    (n, bytes)
+}
+
+/// True if event `prefix` has a fragment other than `key` in a shard's keys.
+fn has_other_fragment(keys: &Keys, prefix: &[u8], key: &[u8], fragment_len: usize) -> bool {
+    keys.range(IndexKey::new(prefix)..)
+        .take_while(|(k, _)| k.as_bytes().starts_with(prefix))
+        .any(|(k, _)| k.as_bytes().len() == fragment_len && k.as_bytes() != key)
 }
 
 /// The store's index: keys, and per shard the events whose fragments shard there.
@@ -446,8 +476,13 @@ impl Events {
     /// Accounts a published put of fragment `key` (`old`: the record it replaced). One map
     /// lookup (with the prefix as an index key: compared as machine words, no `memcmp`), the
     /// policy read once per event, and for a new event one insert and at most one push.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the shard's two halves and the record, kept apart to borrow them separately"
+    )]
     pub(crate) fn on_put(
         &self,
+        keys: &Keys,
         shard: &mut ShardEvents,
         shard_no: usize,
         key: &[u8],
@@ -461,6 +496,25 @@ impl Events {
             std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::btree_map::Entry::Vacant(v) => {
                 let expected = self.expected_for(prefix);
+                // Fragments already there (the key is in `keys` by now): an implicit READY
+                // event. Complete on one fragment it stays implicit; under a policy changed
+                // since, it gets its entry (READY, counted already).
+                let known =
+                    old.is_some() || has_other_fragment(keys, prefix, key, self.fragment_len);
+                if known {
+                    if expected != 1 {
+                        let (n, bytes) = fragment_counts(keys, prefix, self.fragment_len);
+                        let mut e = EventEntry::open(n, bytes);
+                        e.state = State::Ready; // seq 0: its queue entry, whatever its number
+                        v.insert(e);
+                    }
+                    return;
+                }
+                if expected == 1 {
+                    // Complete with its first fragment (the default): READY with no entry.
+                    self.push_implicit(ready, shard_no, v.into_key());
+                    return;
+                }
                 if expected == 0 || expected > 1 {
                     if let Some(t) = self.timeout_for(prefix) {
                         self.timers
@@ -469,12 +523,7 @@ impl Events {
                     }
                 }
                 let entry = v.insert(EventEntry::open(1, value_len as u64));
-                if expected == 1 {
-                    // Complete with its first fragment (the default): straight to READY.
-                    self.push_ready(ready, shard_no, entry, prefix, false);
-                } else {
-                    self.enter_state(entry);
-                }
+                self.enter_state(entry);
                 return;
             }
         };
@@ -495,12 +544,21 @@ impl Events {
     /// mark when the event is gone with it (the caller marks that record dead).
     pub(crate) fn on_remove(
         &self,
+        keys: &Keys,
         shard: &mut ShardEvents,
         key: &[u8],
         old: &Loc,
     ) -> Option<MarkLoc> {
-        let probe = IndexKey::new(&key[..self.prefix_len]);
-        let entry = shard.entries.get_mut(&probe)?;
+        let prefix = &key[..self.prefix_len];
+        let probe = IndexKey::new(prefix);
+        let Some(entry) = shard.entries.get_mut(&probe) else {
+            // An implicit READY event: gone with its last fragment.
+            if fragment_counts(keys, prefix, self.fragment_len).0 == 0 {
+                self.counters.ready.fetch_sub(1, Ordering::Relaxed);
+                self.one_stale(keys, shard);
+            }
+            return None;
+        };
         entry.fragments = entry.fragments.saturating_sub(1);
         entry.bytes -= u64::from(old.value_len).min(entry.bytes);
         // A claimed event stays until its claim settles (the consumer may still ack it).
@@ -510,20 +568,81 @@ impl Events {
         let entry = shard.entries.remove(&probe)?;
         self.leave_state(&entry);
         if entry.state == State::Ready {
-            // Its queue entry is stale now. A store nobody claims from would keep it forever:
-            // compact once the stale entries are half the queue (amortised O(1) per removal).
-            shard.stale += 1;
-            if shard.stale > STALE_SLACK && shard.stale * 2 > shard.ready.len() {
-                let entries = &shard.entries;
-                shard.ready.retain(|Reverse((seq, p))| {
-                    entries
-                        .get(p)
-                        .is_some_and(|e| e.state == State::Ready && e.seq == *seq)
-                });
-                shard.stale = 0;
-            }
+            self.one_stale(keys, shard);
         }
         entry.mark.map(|m| *m)
+    }
+
+    /// A READY event left the queue's view (its fragments were removed): its queue entry is
+    /// stale now. A store nobody claims from would keep it forever: compact once the stale
+    /// entries are half the queue (amortised O(1) per removal).
+    fn one_stale(&self, keys: &Keys, shard: &mut ShardEvents) {
+        shard.stale += 1;
+        if shard.stale > STALE_SLACK && shard.stale * 2 > shard.ready.len() {
+            let entries = &shard.entries;
+            let flen = self.fragment_len;
+            shard
+                .ready
+                .retain(|Reverse((seq, p))| match entries.get(p) {
+                    Some(e) => e.state == State::Ready && (e.seq == *seq || e.seq == 0),
+                    None => fragment_counts(keys, p.as_bytes(), flen).0 > 0,
+                });
+            shard.stale = 0;
+        }
+    }
+
+    /// Queues a new event complete with its first fragment as an implicit READY event.
+    fn push_implicit(
+        &self,
+        ready: &mut BinaryHeap<Reverse<(u64, IndexKey)>>,
+        shard_no: usize,
+        probe: IndexKey,
+    ) {
+        let seq = self.next_ready_seq.fetch_add(1, Ordering::Relaxed);
+        self.counters.ready.fetch_add(1, Ordering::Relaxed);
+        ready.push(Reverse((seq, probe)));
+        self.publish_head(ready, shard_no);
+        self.notify_waiters();
+    }
+
+    /// Gives an implicit READY event of a tracked shard its entry (before a seal or an
+    /// acknowledgement reads it): READY, counted already, fragments counted from the keys.
+    pub(crate) fn materialize(&self, keys: &Keys, shard: &mut ShardEvents, prefix: &[u8]) {
+        if !shard.tracked {
+            return;
+        }
+        let probe = IndexKey::new(prefix);
+        if shard.entries.contains_key(&probe) {
+            return;
+        }
+        let (n, bytes) = fragment_counts(keys, prefix, self.fragment_len);
+        if n > 0 {
+            let mut e = EventEntry::open(n, bytes);
+            e.state = State::Ready; // seq 0: its queue entry, whatever its number
+            shard.entries.insert(probe, e);
+        }
+    }
+
+    /// What a listing shows of event `prefix` in a shard: its entry, or, implicit, a READY
+    /// event with the fragments the keys hold.
+    pub(crate) fn info_in(
+        &self,
+        keys: &Keys,
+        shard: &ShardEvents,
+        prefix: &[u8],
+    ) -> Option<EventInfo> {
+        if let Some(e) = shard.entries.get(&IndexKey::new(prefix)) {
+            return Some(e.info(prefix));
+        }
+        if !shard.tracked {
+            return None;
+        }
+        let (n, bytes) = fragment_counts(keys, prefix, self.fragment_len);
+        (n > 0).then(|| {
+            let mut e = EventEntry::open(n, bytes);
+            e.state = State::Ready;
+            e.info(prefix)
+        })
     }
 
     /// OPEN → READY (or back to READY, keeping `seq`), in shard `shard_no`'s queue.
@@ -561,7 +680,12 @@ impl Events {
         self.enter_state(entry);
         ready.push(Reverse((seq, IndexKey::new(prefix))));
         self.publish_head(ready, shard_no);
-        // SeqCst against the waiter's increment: either it sees our head or we see it waiting.
+        self.notify_waiters();
+    }
+
+    /// Wakes waiting consumers, if any. SeqCst against the waiter's increment: either it sees
+    /// the new head or we see it waiting.
+    fn notify_waiters(&self) {
         if self.waiters.load(Ordering::SeqCst) > 0 {
             let _g = self.ready_wait.lock();
             self.ready_cv.notify_all();
@@ -592,18 +716,32 @@ impl Events {
     /// are dropped on the way), with its entry.
     pub(crate) fn pop_ready<'s>(
         &self,
+        keys: &Keys,
         shard: &'s mut ShardEvents,
         shard_no: usize,
     ) -> Option<(IndexKey, &'s mut EventEntry)> {
         let ShardEvents { entries, ready, .. } = shard;
         let mut found = None;
         while let Some(Reverse((seq, prefix))) = ready.pop() {
-            let current = entries
-                .get(&prefix)
-                .is_some_and(|e| e.state == State::Ready && e.seq == seq);
-            if current {
-                found = Some(prefix);
-                break;
+            match entries.get_mut(&prefix) {
+                Some(e) if e.state == State::Ready && (e.seq == seq || e.seq == 0) => {
+                    e.seq = seq;
+                    found = Some(prefix);
+                    break;
+                }
+                Some(_) => {} // stale: the event moved on since it was queued
+                None => {
+                    // Implicit: READY if it still has fragments (counted when it was queued).
+                    let (n, bytes) = fragment_counts(keys, prefix.as_bytes(), self.fragment_len);
+                    if n > 0 {
+                        let mut e = EventEntry::open(n, bytes);
+                        e.state = State::Ready;
+                        e.seq = seq;
+                        entries.insert(prefix.clone(), e);
+                        found = Some(prefix);
+                        break;
+                    }
+                }
             }
         }
         self.publish_head(ready, shard_no);

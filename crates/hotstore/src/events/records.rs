@@ -55,6 +55,9 @@ impl Inner {
             seg.write_at(off + HEADER_LEN + prefix.len(), value);
         }
         let mut shard = self.index.event_shard(prefix).write();
+        // An implicit READY event gets its entry first (a seal marks it).
+        let sh = &mut *shard;
+        self.events.materialize(&sh.keys, &mut sh.events, prefix);
         if !check(shard.events.entries.get(&IndexKey::new(prefix)))? {
             drop(shard);
             drop(lane);

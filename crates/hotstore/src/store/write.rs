@@ -244,8 +244,15 @@ impl Inner {
                 );
                 if let Some(probe) = probe {
                     let no = self.index.event_shard_no(probe.as_bytes());
-                    self.events
-                        .on_put(&mut shard.events, no, key, probe, value_len, old.as_ref());
+                    self.events.on_put(
+                        &shard.keys,
+                        &mut shard.events,
+                        no,
+                        key,
+                        probe,
+                        value_len,
+                        old.as_ref(),
+                    );
                 }
                 old
             }
@@ -253,7 +260,10 @@ impl Inner {
                 seg.dead_bytes.fetch_add(len, Ordering::Relaxed);
                 let old = shard.keys.remove(&IndexKey::new(key));
                 if let (true, Some(o)) = (fragment, &old) {
-                    if let Some(mark) = self.events.on_remove(&mut shard.events, key, o) {
+                    if let Some(mark) =
+                        self.events
+                            .on_remove(&shard.keys, &mut shard.events, key, o)
+                    {
                         self.retire(&mark.seg, mark.rec_len);
                     }
                 }
