@@ -307,8 +307,19 @@ fn fragment_counts(keys: &Keys, prefix: &[u8], fragment_len: usize) -> (u32, u64
     (n, bytes)
 }
 
-/// True if event `prefix` has a fragment other than `key` in a shard's keys.
+/// True if event `prefix` has a fragment other than `key` (present) in a shard's keys. The DAQ
+/// case first: `key` is the shard's largest key (event ids grow), so the key before it, found
+/// by stepping back from the end without a comparison, tells.
 fn has_other_fragment(keys: &Keys, prefix: &[u8], key: &[u8], fragment_len: usize) -> bool {
+    let mut back = keys.iter().rev();
+    if back.next().is_some_and(|(k, _)| k.as_bytes() == key) {
+        match back.next() {
+            None => return false,
+            Some((k, _)) if !k.as_bytes().starts_with(prefix) => return false,
+            Some((k, _)) if k.as_bytes().len() == fragment_len => return true,
+            Some(_) => {} // a key of another length between: look properly
+        }
+    }
     keys.range(IndexKey::new(prefix)..)
         .take_while(|(k, _)| k.as_bytes().starts_with(prefix))
         .any(|(k, _)| k.as_bytes().len() == fragment_len && k.as_bytes() != key)
@@ -371,6 +382,9 @@ pub(crate) struct Events {
     leases: Mutex<BinaryHeap<Reverse<(Instant, u64, IndexKey)>>>,
     /// Read on every new event (late-fragment check), written per acknowledgement.
     pub(crate) acked: RwLock<AckedSet>,
+    /// False while `acked` is empty (a store nobody acknowledged in): the late-fragment check
+    /// then takes no lock. Set before any insert.
+    any_acked: AtomicBool,
     next_claim: AtomicU64,
     counters: Counters,
 }
@@ -395,6 +409,7 @@ impl Events {
             ready_cv: Condvar::new(),
             timers: Mutex::new(BinaryHeap::new()),
             leases: Mutex::new(BinaryHeap::new()),
+            any_acked: AtomicBool::new(acked.intervals() > 0),
             acked: RwLock::new(acked),
             next_claim: AtomicU64::new(1),
             counters: Counters::default(),
@@ -411,6 +426,14 @@ impl Events {
         self.run_overrides
             .store(!policies.runs.is_empty(), Ordering::Relaxed);
         *p = policies;
+    }
+
+    /// Remembers an acknowledged event (refusing its late fragments from now on).
+    pub(crate) fn insert_acked(&self, prefix: &[u8]) {
+        // Before the insert: a put that sees the flag clear ran before the acknowledgement
+        // (which holds the event's shard lock, as the put does).
+        self.any_acked.store(true, Ordering::Release);
+        self.acked.write().insert(prefix);
     }
 
     /// True once the store keeps event state.
@@ -461,7 +484,7 @@ impl Events {
         let prefix = &key[..self.prefix_len];
         let late = match shard.entries.get(probe) {
             Some(e) => matches!(e.state, State::Kept),
-            None => self.acked.read().contains(prefix),
+            None => self.any_acked.load(Ordering::Acquire) && self.acked.read().contains(prefix),
         };
         if late {
             self.counters.late.fetch_add(1, Ordering::Relaxed);

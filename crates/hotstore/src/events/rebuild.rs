@@ -31,6 +31,9 @@ pub(crate) fn rebuild(events: &Events, index: &Index, records: &[EventRecord]) {
         .iter()
         .filter(|r| r.kind == Kind::EventRemove && r.prefix.len() == plen)
     {
+        events
+            .any_acked
+            .store(true, std::sync::atomic::Ordering::Release);
         acked.insert(&r.prefix);
         let at = removed_at.entry(&r.prefix).or_insert(0);
         *at = (*at).max(r.lsn);
@@ -130,7 +133,7 @@ fn build(events: &Events, index: &Index, marks: &HashMap<&[u8], &EventRecord>) {
             let kept = mark.as_ref().is_some_and(|m| m.kept);
             let sealed = marks.get(p).is_some_and(|r| r.mark == EVENT_MARK_SEALED);
             if kept {
-                events.acked.write().insert(p);
+                events.insert_acked(p);
             }
             let policy = events.policy_for(p);
             let complete = policy.expected_fragments > 0 && fragments >= policy.expected_fragments;

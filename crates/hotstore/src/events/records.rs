@@ -110,7 +110,7 @@ impl Inner {
                 self.retire(&m.seg, m.rec_len);
             }
         }
-        self.events.acked.write().insert(prefix);
+        self.events.insert_acked(prefix);
         self.events.count_removed();
     }
 
@@ -145,7 +145,7 @@ impl Inner {
             self.events.leave_state(entry);
             entry.state = State::Kept;
             self.events.enter_state(entry);
-            self.events.acked.write().insert(prefix);
+            self.events.insert_acked(prefix);
             self.events.count_kept();
         } else {
             entry.sealed = true;
