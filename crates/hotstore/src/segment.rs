@@ -140,6 +140,9 @@ pub struct Segment {
     /// Holds event-removal records: the acknowledged-event set must be persisted before this
     /// segment is recycled (see `events::acked`).
     pub holds_event_removes: AtomicBool,
+    /// Taken by a removal from the space puts may not use (the removal reserve): puts never
+    /// append to it, or they would eat the room that lets a full store be drained.
+    pub(crate) removals_only: AtomicBool,
 }
 
 impl std::fmt::Debug for Segment {
@@ -177,6 +180,7 @@ impl Segment {
             pinned_by: Mutex::new(HashSet::new()),
             recycled: AtomicBool::new(false),
             holds_event_removes: AtomicBool::new(false),
+            removals_only: AtomicBool::new(false),
         }
     }
 

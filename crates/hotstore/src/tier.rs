@@ -128,7 +128,14 @@ impl Tier {
     /// Ready files to keep in stock: [`READY_LOOKAHEAD`] at the rate files were taken
     /// recently (at least [`READY_TARGET`], at most [`READY_MAX_BYTES`]).
     fn ready_target(&self, s: &TierState) -> usize {
-        let most = (READY_MAX_BYTES / self.segment_size.max(1) as u64).max(READY_TARGET as u64);
+        // On a bounded tier at most an eighth of it: ready files are space a full store
+        // needs for the segments being drained (a 1 GiB store wedged with 16 ready files).
+        let max_bytes = if self.capacity_bytes > 0 {
+            READY_MAX_BYTES.min(self.capacity_bytes / 8)
+        } else {
+            READY_MAX_BYTES
+        };
+        let most = (max_bytes / self.segment_size.max(1) as u64).max(READY_TARGET as u64);
         let (Some(first), Some(last)) = (s.recent_takes.front(), s.recent_takes.back()) else {
             return READY_TARGET;
         };

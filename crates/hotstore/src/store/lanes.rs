@@ -60,7 +60,10 @@ impl Inner {
     ) -> Result<(Arc<Segment>, usize)> {
         if let Some(seg) = &lane.seg {
             let end = seg.end.load(Ordering::Relaxed);
-            if end + rec_len <= seg.capacity() {
+            // A put does not append to a segment a removal took from the reserve: it rolls,
+            // which a full store refuses (StoreFull) without touching the lane's segment.
+            let reserved = !for_removal && seg.removals_only.load(Ordering::Relaxed);
+            if end + rec_len <= seg.capacity() && !reserved {
                 return Ok((seg.clone(), end));
             }
         }
@@ -71,13 +74,17 @@ impl Inner {
         } else {
             needed.next_multiple_of(4096)
         };
-        let reserve = if for_removal {
-            0
-        } else {
-            self.removal_reserve()
-        };
         let started = Instant::now();
-        let (tier, (slot, region), pooled) = self.take_region(len, reserve)?;
+        // A removal takes from the reserve only when a put could not have had the file.
+        // Fix (found running minidaq with 2 readout and 2 collector threads sharing 2 lanes): a
+        // removal rolled its lane into a reserve file, the puts sharing the lane filled it, and
+        // the next acknowledgement of the full store had no room left: StoreFull on a removal.
+        let (taken, under_reserve) = match self.take_region(len, self.removal_reserve()) {
+            Ok(t) => (t, false),
+            Err(e) if for_removal && e.is_full() => (self.take_region(len, 0)?, true),
+            Err(e) => return Err(e),
+        };
+        let (tier, (slot, region), pooled) = taken;
         if !pooled {
             // The writer made the file itself or waited for one being prepared: a stall.
             self.counters.segment_waits.record(started.elapsed());
@@ -87,6 +94,7 @@ impl Inner {
         let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
         // Synced watermark 0: the header is persisted with the segment's first records.
         let seg = Arc::new(Segment::new(id, tier, slot, region, SEGMENT_HEADER_LEN, 0));
+        seg.removals_only.store(under_reserve, Ordering::Relaxed);
         if let Err(e) = seg.write_header(now_ns()) {
             self.poison(&e);
             return Err(e);
