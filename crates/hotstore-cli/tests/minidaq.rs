@@ -79,3 +79,35 @@ fn bad_input_is_refused_clearly() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("fragment-size"));
 }
+
+/// Regression: a readout thread waiting for space in a full store when the run's time was up
+/// (which stops the collectors too) waited 10 s for space that could no longer come, then
+/// failed the run with "store full". Two readout threads against one collector keep a small
+/// store full, so the run ends during such a wait; it must end cleanly.
+#[test]
+fn a_run_ending_while_readout_waits_for_space_ends_cleanly() {
+    let started = std::time::Instant::now();
+    let out = minidaq(&[
+        "--duration",
+        "2",
+        "--readout-threads",
+        "2",
+        "--collector-threads",
+        "1",
+        "--capacity",
+        "256MiB",
+        "--fragment-size",
+        "10KiB",
+        "--json",
+        "--no-limit",
+    ]);
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["integrity_errors"], 0, "{report}");
+    // Not a timing assertion on speed: a run of 2 s that waited the old 10 s is a hang.
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+}

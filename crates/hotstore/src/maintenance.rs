@@ -49,10 +49,9 @@ pub(crate) fn run(inner: &dyn Upkeep, rx: Receiver<Job>) {
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
-        // On time, busy or not. Fix (found running minidaq with 2 readout and 2 collector
-        // threads): the sweep ran only when no job came for 20 ms, and with a job at every
-        // segment roll it never ran under load: groups of dead segments pinning each other were
-        // never freed and the bounded store filled for good.
+        // On time, busy or not: it used to run only after 20 ms without a job, and with a job
+        // at every segment roll a busy store could go long without freeing groups of dead
+        // segments that pin each other.
         if last_group_check.elapsed() >= GROUP_CHECK_EVERY {
             last_group_check = std::time::Instant::now();
             inner.sweep();

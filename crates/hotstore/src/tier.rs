@@ -128,8 +128,8 @@ impl Tier {
     /// Ready files to keep in stock: [`READY_LOOKAHEAD`] at the rate files were taken
     /// recently (at least [`READY_TARGET`], at most [`READY_MAX_BYTES`]).
     fn ready_target(&self, s: &TierState) -> usize {
-        // On a bounded tier at most an eighth of it: ready files are space a full store
-        // needs for the segments being drained (a 1 GiB store wedged with 16 ready files).
+        // On a bounded tier at most an eighth of it: prepared files hold space that a small
+        // store would rather leave unallocated.
         let max_bytes = if self.capacity_bytes > 0 {
             READY_MAX_BYTES.min(self.capacity_bytes / 8)
         } else {

@@ -15,7 +15,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Offsets into the pattern are below this (a power of two).
 const PATTERN_WINDOW: usize = 1 << 20;
@@ -24,6 +24,8 @@ const PATTERN_WINDOW: usize = 1 << 20;
 const PUBLISH_EVERY: u64 = 32;
 /// A put into a full store waits this long for collectors to free space before failing.
 pub const FULL_WAIT: Duration = Duration::from_secs(10);
+/// One step of that wait (the run's end is noticed between steps).
+const FULL_WAIT_STEP: Duration = Duration::from_millis(100);
 
 /// How fragment sizes are drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -224,11 +226,22 @@ pub fn readout(sh: &Shared, index: usize, threads: usize, mean: u64, distro: Dis
         for det in 0..sh.detectors {
             let key = FragmentKey::new(sh.run, event, det, 0).to_bytes();
             let len = sizes.next();
-            let mut slot = match sh.store.reserve_with(&key, len, Some(FULL_WAIT)) {
-                Ok(s) => s,
-                Err(e) => {
-                    sh.fail(format!("readout put of event {event}: {e}"));
-                    break 'events;
+            // Wait for space in short steps, so the end of the run (which stops the collectors
+            // too) ends a wait on a full store instead of turning it into an error. Fix (found
+            // running 2 readout and 2 collector threads): a readout waiting for space when the
+            // run ended waited FULL_WAIT for collectors that had stopped, then failed the run.
+            let waited_from = Instant::now();
+            let mut slot = loop {
+                match sh.store.reserve_with(&key, len, Some(FULL_WAIT_STEP)) {
+                    Ok(s) => break s,
+                    Err(e) if e.is_full() && sh.stop_readout.load(Ordering::Acquire) => {
+                        break 'events;
+                    }
+                    Err(e) if e.is_full() && waited_from.elapsed() < FULL_WAIT => continue,
+                    Err(e) => {
+                        sh.fail(format!("readout put of event {event}: {e}"));
+                        break 'events;
+                    }
                 }
             };
             sh.pattern.fill(&key, slot.value_mut());

@@ -75,10 +75,9 @@ impl Inner {
             needed.next_multiple_of(4096)
         };
         let started = Instant::now();
-        // A removal takes from the reserve only when a put could not have had the file.
-        // Fix (found running minidaq with 2 readout and 2 collector threads sharing 2 lanes): a
-        // removal rolled its lane into a reserve file, the puts sharing the lane filled it, and
-        // the next acknowledgement of the full store had no room left: StoreFull on a removal.
+        // A removal takes from the reserve only when a put could not have had the file, and
+        // marks such a segment: puts sharing the lane must not fill it, or the next removal on
+        // a full store would find the reserve gone.
         let (taken, under_reserve) = match self.take_region(len, self.removal_reserve()) {
             Ok(t) => (t, false),
             Err(e) if for_removal && e.is_full() => (self.take_region(len, 0)?, true),
