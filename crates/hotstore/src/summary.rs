@@ -53,24 +53,74 @@ pub fn file_name(slot: u32) -> String {
 /// Serialises a summary.
 pub fn encode(segment_id: u64, records_end: u64, entries: &[Entry]) -> Vec<u8> {
     let keys: usize = entries.iter().map(|e| e.key.len()).sum();
-    let mut b = Vec::with_capacity(FIXED + entries.len() * ENTRY_FIXED + keys + 4);
-    b.extend_from_slice(&SUMMARY_MAGIC);
-    b.extend_from_slice(&SUMMARY_VERSION.to_le_bytes());
-    b.extend_from_slice(&(entries.len() as u32).to_le_bytes());
-    b.extend_from_slice(&segment_id.to_le_bytes());
-    b.extend_from_slice(&records_end.to_le_bytes());
+    let mut w = Writer::new(segment_id, records_end, entries.len() * ENTRY_FIXED + keys);
     for e in entries {
-        b.push(e.kind as u8);
-        b.push(0);
-        b.extend_from_slice(&(e.key.len() as u16).to_le_bytes());
-        b.extend_from_slice(&e.value_len.to_le_bytes());
-        b.extend_from_slice(&e.offset.to_le_bytes());
-        b.extend_from_slice(&e.lsn.to_le_bytes());
-        b.extend_from_slice(&e.key);
+        w.push(e.kind, &e.key, e.value_len, e.offset, e.lsn);
     }
-    let crc = crc32c::crc32c(&b);
-    b.extend_from_slice(&crc.to_le_bytes());
-    b
+    w.finish()
+}
+
+/// Serialises the summary of the records `records[start..end]` of a sealed segment, walking
+/// their headers straight into the output: no list of entries, no allocation per key (the
+/// seal of a segment of 100 B records took about 100 ms with one, longer than preparing a
+/// file, and the maintenance thread fell behind the writers).
+pub fn encode_records(segment_id: u64, records: &[u8], start: usize, end: usize) -> Vec<u8> {
+    // About a fifth of the records' bytes for small records: reserve a guess, grow if needed.
+    let mut w = Writer::new(segment_id, end as u64, (end - start.min(end)) / 4);
+    let mut off = start;
+    while off < end {
+        let Ok(h) = crate::record::parse_header(&records[off..end]) else {
+            debug_assert!(false, "summary over an invalid record at {off}");
+            break;
+        };
+        let key_at = off + crate::record::HEADER_LEN;
+        w.push(
+            h.kind,
+            &records[key_at..key_at + h.key_len],
+            h.value_len as u32,
+            off as u32,
+            h.lsn,
+        );
+        off += h.record_len();
+    }
+    w.finish()
+}
+
+/// Builds a summary entry by entry.
+struct Writer {
+    b: Vec<u8>,
+    count: u32,
+}
+
+impl Writer {
+    fn new(segment_id: u64, records_end: u64, entry_bytes: usize) -> Self {
+        let mut b = Vec::with_capacity(FIXED + entry_bytes + 4);
+        b.extend_from_slice(&SUMMARY_MAGIC);
+        b.extend_from_slice(&SUMMARY_VERSION.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes()); // the count, filled in by `finish`
+        b.extend_from_slice(&segment_id.to_le_bytes());
+        b.extend_from_slice(&records_end.to_le_bytes());
+        Writer { b, count: 0 }
+    }
+
+    fn push(&mut self, kind: Kind, key: &[u8], value_len: u32, offset: u32, lsn: u64) {
+        let mut fixed = [0u8; ENTRY_FIXED];
+        fixed[0] = kind as u8;
+        fixed[2..4].copy_from_slice(&(key.len() as u16).to_le_bytes());
+        fixed[4..8].copy_from_slice(&value_len.to_le_bytes());
+        fixed[8..12].copy_from_slice(&offset.to_le_bytes());
+        fixed[12..20].copy_from_slice(&lsn.to_le_bytes());
+        self.b.extend_from_slice(&fixed);
+        self.b.extend_from_slice(key);
+        self.count += 1;
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.b[12..16].copy_from_slice(&self.count.to_le_bytes());
+        let crc = crc32c::crc32c(&self.b);
+        self.b.extend_from_slice(&crc.to_le_bytes());
+        self.b
+    }
 }
 
 /// Decodes a summary written for `segment_id`; `None` if damaged, stale or of another version.
@@ -153,5 +203,36 @@ mod tests {
             d[i] ^= 1;
             assert_eq!(decode(7, &d), None, "damage at {i} accepted");
         }
+    }
+
+    #[test]
+    fn encode_records_lists_every_record_as_encode_does() {
+        let start = crate::segment::SEGMENT_HEADER_LEN;
+        let mut seg = vec![0u8; start];
+        let mut expected = Vec::new();
+        for (i, (kind, key, value)) in [
+            (Kind::Put, b"k1".as_slice(), vec![1u8; 100]),
+            (Kind::Tombstone, b"k22".as_slice(), vec![]),
+            (Kind::Put, [9u8; 300].as_slice(), vec![2u8; 5000]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            expected.push(Entry {
+                kind,
+                key: key.into(),
+                value_len: value.len() as u32,
+                offset: seg.len() as u32,
+                lsn: 10 + i as u64,
+            });
+            crate::record::encode(7, kind, key, &value, 10 + i as u64, &mut seg);
+        }
+        let end = seg.len();
+        seg.resize(end + 4096, 0); // unwritten space after the records is not listed
+        let b = encode_records(7, &seg, start, end);
+        assert_eq!(b, encode(7, end as u64, &expected));
+        assert_eq!(decode(7, &b), Some((end as u64, expected)));
+        let empty = encode_records(7, &seg, start, start);
+        assert_eq!(decode(7, &empty), Some((start as u64, vec![])));
     }
 }

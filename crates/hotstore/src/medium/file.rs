@@ -114,12 +114,20 @@ impl FileMedium {
         let populate = self.domain == Domain::Block && !self.direct;
         let region = self.map(&path, file, len, populate)?;
         if self.domain != Domain::Block {
-            // Pre-fault by writing one zero per page: the file is fresh and all zero, so this
-            // changes nothing but installs writable page-table entries now, off the hot path.
+            // Pre-fault: install writable page-table entries now, off the hot path. One
+            // MADV_POPULATE_WRITE call (Linux 5.14) does it in the kernel; touching each page
+            // instead took one fault per page, 200-270 ms per 64 MiB file on this VM (a
+            // maintenance thread that slow fell behind a 100 B writer). Older kernels answer
+            // EINVAL: then write one zero per page (the file is fresh and all zero, so this
+            // changes nothing).
             let base = region.as_ptr();
-            for off in (0..len).step_by(PAGE) {
-                // Safety: `off < len`, inside the mapping; no one else has this region yet.
-                unsafe { std::ptr::write_volatile(base.add(off), 0) };
+            // Safety: the range is exactly the mapping, which no one else has yet.
+            let rc = unsafe { libc::madvise(base.cast(), len, libc::MADV_POPULATE_WRITE) };
+            if rc != 0 {
+                for off in (0..len).step_by(PAGE) {
+                    // Safety: `off < len`, inside the mapping; no one else has this region yet.
+                    unsafe { std::ptr::write_volatile(base.add(off), 0) };
+                }
             }
         }
         Ok(region)

@@ -129,28 +129,6 @@ pub fn scan(
     Ok(out)
 }
 
-/// Entries of the records in `[SEGMENT_HEADER_LEN, end)`, read from their headers only (no
-/// checksum): for segments whose records are known valid (written by this process, or scanned).
-pub fn walk(bytes: &[u8], end: usize) -> Vec<Entry> {
-    let mut out = Vec::new();
-    let mut off = SEGMENT_HEADER_LEN;
-    while off < end {
-        let Ok(h) = record::parse_header(&bytes[off..end]) else {
-            debug_assert!(false, "walk over an invalid record at {off}");
-            break;
-        };
-        out.push(Entry {
-            kind: h.kind,
-            key: bytes[off + HEADER_LEN..off + HEADER_LEN + h.key_len].into(),
-            value_len: h.value_len as u32,
-            offset: off as u32,
-            lsn: h.lsn,
-        });
-        off += h.record_len();
-    }
-    out
-}
-
 /// Pools a free file found at recovery. Fix (found by tests/damage.rs): a file that is not
 /// one segment long (a crash while it was created, or an oversized segment freed just before a
 /// crash) holds nothing and was pooled as if it were a segment, so a writer later appended

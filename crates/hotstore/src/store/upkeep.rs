@@ -50,8 +50,7 @@ fn seal(inner: &Inner, seg: &Arc<Segment>) {
     // Safety: published records below `end` never change while the segment is not recycled,
     // and only this thread recycles.
     let records = unsafe { seg.bytes(0, end) };
-    let entries = crate::recovery::walk(records, end);
-    let bytes = summary::encode(seg.id, end as u64, &entries);
+    let bytes = summary::encode_records(seg.id, records, crate::segment::SEGMENT_HEADER_LEN, end);
     // A missing summary only costs a scan at the next open.
     let _ = inner.tiers[seg.tier]
         .medium
