@@ -164,3 +164,68 @@ fn implicit_ready_events_behave_like_the_others() {
     let c = s.stats().events;
     assert_eq!((c.ready, c.claimed, c.removed_total), (0, 0, 5));
 }
+
+/// Regression for the shard's fragment bound (a new event above it is decided alone without a
+/// tree search): fragments arrive out of order, are removed (the largest key too) and come
+/// back; each event must be READY once, counted once, and claimed once with all its fragments.
+#[test]
+fn implicit_events_are_counted_once_whatever_the_arrival_order() {
+    use std::collections::BTreeMap;
+    let m = FaultMedium::new("bound");
+    let s = common::open_two_lanes(&m);
+    s.set_event_policy(EventPolicy::default()).unwrap();
+    // A fixed pseudo-random walk: event ids up and down, fragments of old events late,
+    // removals of the newest key of a shard followed by new fragments of the same event.
+    let mut model: BTreeMap<u64, std::collections::BTreeSet<u16>> = BTreeMap::new();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for step in 0..20_000u32 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let event = if step % 3 == 0 {
+            x % 64
+        } else {
+            40 + (x % 400)
+        };
+        let det = ((x >> 20) % 4) as u16;
+        if (x >> 40).is_multiple_of(5) {
+            let present = model.get(&event).is_some_and(|d| d.contains(&det));
+            assert_eq!(
+                s.remove(&frag(event, det), Durability::Memory).unwrap(),
+                present
+            );
+            if let Some(d) = model.get_mut(&event) {
+                d.remove(&det);
+                if d.is_empty() {
+                    model.remove(&event);
+                }
+            }
+        } else {
+            s.put(&frag(event, det), b"f", Durability::Memory).unwrap();
+            model.entry(event).or_default().insert(det);
+        }
+    }
+    let counts = s.stats().events;
+    assert_eq!(
+        counts.ready,
+        model.len() as u64,
+        "READY events counted once each"
+    );
+    let mut claimed = BTreeMap::new();
+    while let Some(c) = s.next_event("c", LEASE).unwrap() {
+        let (_, e) = c.event().run_event().unwrap();
+        let n = c.fragments().unwrap().len();
+        assert_eq!(
+            c.fragment_count() as usize,
+            n,
+            "event {e}: count and keys agree"
+        );
+        assert!(claimed.insert(e, n).is_none(), "event {e} offered twice");
+        c.ack(Ack::Keep).unwrap();
+    }
+    let expected: BTreeMap<u64, usize> = model.iter().map(|(e, d)| (*e, d.len())).collect();
+    assert_eq!(
+        claimed, expected,
+        "every event claimed once with all its fragments"
+    );
+}

@@ -36,6 +36,7 @@ pub(crate) mod acked;
 mod api;
 mod claims;
 pub(crate) mod policy;
+mod ready;
 pub(crate) mod rebuild;
 mod records;
 
@@ -48,6 +49,7 @@ use crate::segment::Segment;
 use acked::AckedSet;
 use parking_lot::{Condvar, Mutex, RwLock};
 use policy::Policies;
+use ready::ReadyQueue;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -281,11 +283,17 @@ pub(crate) struct ShardEvents {
     /// an event with fragments and no entry is an implicit READY event.
     pub(crate) entries: BTreeMap<IndexKey, EventEntry>,
     /// READY events of this shard by the store-wide sequence number they got when they first
-    /// became READY (pushed in increasing order, so a push is O(1)).
-    ready: BinaryHeap<Reverse<(u64, IndexKey)>>,
+    /// became READY.
+    ready: ReadyQueue,
     /// Queue entries whose event left READY other than by being popped (its fragments were
     /// removed): dropped in one pass once they are half the queue.
     stale: usize,
+    /// An upper bound on this shard's fragment keys: its largest key when tracking began,
+    /// raised by every fragment put since (never lowered: a removal leaves it an upper bound).
+    /// Keys sharing a prefix form one interval of the key order, so a new fragment key above
+    /// the bound, whose bound lacks its prefix, is its event's only fragment: the DAQ case
+    /// (event ids grow) is decided without a tree search.
+    pub(crate) fragment_bound: Option<IndexKey>,
 }
 
 /// One shard's keys (what the implicit events are counted from).
@@ -514,7 +522,22 @@ impl Events {
         old: Option<&Loc>,
     ) {
         let prefix = &key[..self.prefix_len];
-        let ShardEvents { entries, ready, .. } = shard;
+        let ShardEvents {
+            entries,
+            ready,
+            fragment_bound,
+            ..
+        } = shard;
+        let above_bound = fragment_bound.as_ref().is_none_or(|b| b.as_bytes() < key);
+        // Only fragments of this event can lie between the bound and `key` if the bound has
+        // its prefix; otherwise there are none (see `ShardEvents::fragment_bound`).
+        let alone_above = above_bound
+            && fragment_bound
+                .as_ref()
+                .is_none_or(|b| !b.as_bytes().starts_with(prefix));
+        if above_bound {
+            *fragment_bound = Some(IndexKey::new(key));
+        }
         let entry = match entries.entry(probe) {
             std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::btree_map::Entry::Vacant(v) => {
@@ -522,8 +545,8 @@ impl Events {
                 // Fragments already there (the key is in `keys` by now): an implicit READY
                 // event. Complete on one fragment it stays implicit; under a policy changed
                 // since, it gets its entry (READY, counted already).
-                let known =
-                    old.is_some() || has_other_fragment(keys, prefix, key, self.fragment_len);
+                let known = old.is_some()
+                    || (!alone_above && has_other_fragment(keys, prefix, key, self.fragment_len));
                 if known {
                     if expected != 1 {
                         let (n, bytes) = fragment_counts(keys, prefix, self.fragment_len);
@@ -604,26 +627,19 @@ impl Events {
         if shard.stale > STALE_SLACK && shard.stale * 2 > shard.ready.len() {
             let entries = &shard.entries;
             let flen = self.fragment_len;
-            shard
-                .ready
-                .retain(|Reverse((seq, p))| match entries.get(p) {
-                    Some(e) => e.state == State::Ready && (e.seq == *seq || e.seq == 0),
-                    None => fragment_counts(keys, p.as_bytes(), flen).0 > 0,
-                });
+            shard.ready.retain(|seq, p| match entries.get(p) {
+                Some(e) => e.state == State::Ready && (e.seq == seq || e.seq == 0),
+                None => fragment_counts(keys, p.as_bytes(), flen).0 > 0,
+            });
             shard.stale = 0;
         }
     }
 
     /// Queues a new event complete with its first fragment as an implicit READY event.
-    fn push_implicit(
-        &self,
-        ready: &mut BinaryHeap<Reverse<(u64, IndexKey)>>,
-        shard_no: usize,
-        probe: IndexKey,
-    ) {
+    fn push_implicit(&self, ready: &mut ReadyQueue, shard_no: usize, probe: IndexKey) {
         let seq = self.next_ready_seq.fetch_add(1, Ordering::Relaxed);
         self.counters.ready.fetch_add(1, Ordering::Relaxed);
-        ready.push(Reverse((seq, probe)));
+        ready.push(seq, probe);
         self.publish_head(ready, shard_no);
         self.notify_waiters();
     }
@@ -671,7 +687,7 @@ impl Events {
     /// OPEN → READY (or back to READY, keeping `seq`), in shard `shard_no`'s queue.
     pub(crate) fn make_ready(
         &self,
-        ready: &mut BinaryHeap<Reverse<(u64, IndexKey)>>,
+        ready: &mut ReadyQueue,
         shard_no: usize,
         entry: &mut EventEntry,
         prefix: &[u8],
@@ -687,7 +703,7 @@ impl Events {
     /// Puts an entry that is counted in no state (new, or just left its state) into READY.
     fn push_ready(
         &self,
-        ready: &mut BinaryHeap<Reverse<(u64, IndexKey)>>,
+        ready: &mut ReadyQueue,
         shard_no: usize,
         entry: &mut EventEntry,
         prefix: &[u8],
@@ -701,7 +717,7 @@ impl Events {
         entry.incomplete |= incomplete;
         entry.state = State::Ready;
         self.enter_state(entry);
-        ready.push(Reverse((seq, IndexKey::new(prefix))));
+        ready.push(seq, IndexKey::new(prefix));
         self.publish_head(ready, shard_no);
         self.notify_waiters();
     }
@@ -716,8 +732,8 @@ impl Events {
     }
 
     /// Publishes the smallest sequence number queued in shard `shard_no`.
-    fn publish_head(&self, ready: &BinaryHeap<Reverse<(u64, IndexKey)>>, shard_no: usize) {
-        let head = ready.peek().map_or(EMPTY_HEAD, |Reverse((s, _))| *s);
+    fn publish_head(&self, ready: &ReadyQueue, shard_no: usize) {
+        let head = ready.head().unwrap_or(EMPTY_HEAD);
         let slot = &self.ready_heads[shard_no];
         if slot.load(Ordering::Relaxed) != head {
             slot.store(head, Ordering::SeqCst);
@@ -745,7 +761,7 @@ impl Events {
     ) -> Option<(IndexKey, &'s mut EventEntry)> {
         let ShardEvents { entries, ready, .. } = shard;
         let mut found = None;
-        while let Some(Reverse((seq, prefix))) = ready.pop() {
+        while let Some((seq, prefix)) = ready.pop() {
             match entries.get_mut(&prefix) {
                 Some(e) if e.state == State::Ready && (e.seq == seq || e.seq == 0) => {
                     e.seq = seq;

@@ -155,6 +155,7 @@ fn build(events: &Events, index: &Index, marks: &HashMap<&[u8], &EventRecord>) {
             events.enter_state(&entry);
             shard.events.entries.insert(prefix, entry);
         }
+        shard.events.fragment_bound = shard.keys.last_key_value().map(|(k, _)| k.clone());
         shard.events.tracked = true;
     }
     ready.sort();
