@@ -20,13 +20,13 @@ set -euo pipefail
 
 MODE=${1:-all}
 case "$MODE" in
-  session | bench | all) ;;
+  session | docs | bench | all) ;;
   -h | --help)
     sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
-    echo "usage: $0 [session|bench|all]" >&2
+    echo "usage: $0 [session|docs|bench|all]" >&2
     exit 2
     ;;
 esac
@@ -425,8 +425,54 @@ run_bench() {
   grep -E '^(SET|GET): .*requests per second' <<<"$clean" | sed 's/^/ok: redis-benchmark /'
 }
 
+# ---------------------------------------------------------------------------------------------
+# docs: the redis-cli session of docs/protocol.md ("Examples (redis-cli)"), run as written on one
+# connection against a fresh server; the replies must be the document's (claim numbers aside).
+# ---------------------------------------------------------------------------------------------
+
+run_docs() {
+  local doc block line cmd reply t tok=
+  doc="$(cd "$(dirname "$0")/../.." && pwd)/docs/protocol.md"
+  [[ -f $doc ]] || fail "no $doc"
+  block="$WORK/doc_block.txt"
+  awk '/^\$ redis-cli -p 6380$/ {on=1; next} on && /^```/ {exit} on' "$doc" >"$block"
+  grep -q '^127\.0\.0\.1:6380> ' "$block" || fail "no redis-cli session in $doc"
+  sed -E -e 's/^127\.0\.0\.1:6380> /> /' -e 's/([0-9a-f]{24}):[0-9]+/\1:N/g' "$block" >"$WORK/doc_expected.txt"
+  coproc DOC { exec stdbuf -oL redis-cli -h "$HOST" -p "$PORT" "${AUTH[@]}" --no-raw 2>&1; }
+  CLI_PID=$DOC_PID
+  local out="$WORK/doc_actual.txt"
+  : >"$out"
+  while IFS= read -r cmd; do
+    # The document's claim token stands for the one this server gave.
+    [[ -n $tok ]] && cmd=$(sed -E "s/[0-9a-f]{24}:[0-9]+/$tok/g" <<<"$cmd")
+    printf '%s\nECHO __END__\n' "$cmd" >&"${DOC[1]}"
+    printf '> %s\n' "$cmd" >>"$out"
+    reply=
+    while true; do
+      IFS= read -r -t 20 line <&"${DOC[0]}" || fail "redis-cli gave no reply to: $cmd"
+      [[ $line == '"__END__"' ]] && break
+      [[ $line =~ ^\([0-9]+\.[0-9]+s\)$ ]] && continue # redis-cli's timing line
+      printf '%s\n' "$line" >>"$out"
+      reply+="$line"$'\n'
+    done
+    t=$(sed -n '1s/^1) "\([0-9a-f]\{24\}:[0-9]\{1,\}\)"$/\1/p' <<<"$reply")
+    [[ -n $t ]] && tok=$t
+  done < <(sed -n 's/^127\.0\.0\.1:6380> //p' "$block")
+  eval "exec ${DOC[1]}>&-"
+  wait "$CLI_PID" || true
+  CLI_PID=
+  sed -E -i 's/([0-9a-f]{24}):[0-9]+/\1:N/g' "$out"
+  if ! diff -u "$WORK/doc_expected.txt" "$out" >"$WORK/doc_diff.txt"; then
+    echo "FAIL: docs/protocol.md's redis-cli session does not run as written (--- document, +++ server):" >&2
+    cat "$WORK/doc_diff.txt" >&2
+    exit 1
+  fi
+  echo "ok: docs/protocol.md's redis-cli session ($(grep -c '^> ' "$out") commands) runs as written"
+}
+
 case "$MODE" in
   session) run_session ;;
+  docs) run_docs ;;
   bench) run_bench ;;
   all)
     run_session

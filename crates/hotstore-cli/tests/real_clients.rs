@@ -325,6 +325,21 @@ fn redis_cli_session() {
     );
 }
 
+/// docs/protocol.md's redis-cli session runs as written (one connection, on a fresh server).
+#[test]
+fn protocol_doc_session_runs_as_written() {
+    require_tools();
+    let server = Server::start(&[]);
+    let result = run(
+        Command::new("bash")
+            .arg(script())
+            .arg("docs")
+            .env("HOTSTORE_PORT", server.port.to_string()),
+        Duration::from_secs(300),
+    );
+    finish("tests/cli/redis_cli_session.sh docs", result, vec![server]);
+}
+
 #[test]
 fn redis_benchmark_smoke() {
     require_tools();

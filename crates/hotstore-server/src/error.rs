@@ -26,6 +26,15 @@ pub enum ServerError {
 
 /// The reply error (code first, as in Redis) for a store error.
 pub fn reply_error(e: &StoreError) -> String {
+    if let StoreError::ClaimLost { event, token } = e {
+        // The library's message names `next_event`; a client of the server needs the command,
+        // and the rule that most often explains it: a claim lives as long as its connection.
+        return format!(
+            "CLAIMLOST the claim {token} on event {event} is no longer held (lease expired, \
+             released, already acknowledged, or the connection that claimed it closed: a claim \
+             lives as long as its connection); claim again with EVENT.NEXT"
+        );
+    }
     let code = match e {
         StoreError::StoreFull { .. } => "FULL",
         StoreError::LateFragment { .. } => "LATE",

@@ -166,9 +166,13 @@ fn claims_go_back_when_the_connection_drops_and_shutdown_is_graceful() {
         assert_eq!(b.line(), expect);
     }
     assert_eq!(b.bulk().unwrap(), b"payload");
-    assert!(b
-        .call(&["EVENT.ACK", &t_old, "REMOVE"])
-        .starts_with("-CLAIMLOST"));
+    let lost = b.call(&["EVENT.ACK", &t_old, "REMOVE"]);
+    assert!(lost.starts_with("-CLAIMLOST"), "{lost}");
+    // The hint names the command a client uses and the connection rule, not the library call.
+    assert!(
+        lost.contains("EVENT.NEXT") && lost.contains("connection") && !lost.contains("next_event"),
+        "{lost}"
+    );
     assert_eq!(b.call(&["EVENT.ACK", &t_new, "REMOVE"]), "+OK");
     assert!(p
         .call(&["FRAG.PUT", "3", "9", "1", "0", "late"])
