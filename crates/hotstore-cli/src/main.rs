@@ -117,9 +117,10 @@ struct VerifyArgs {
 
 /// List every live key with its value length and crc32c, sorted by key.
 ///
-/// Opens the store, reads every value (checking record checksums) and prints one line per
-/// live key in byte order of the keys: `<key-hex> <len> <crc32c>` or, with `--json`,
-/// `{"key":"<hex>","len":N,"crc32c":N}` (crc32c is Castagnoli, as an unsigned decimal).
+/// Opens the store (never creates one), reads every value (checking record checksums) and
+/// prints one line per live key in byte order of the keys: `<key-hex> <len> <crc32c>` or, with
+/// `--json`, `{"key":"<hex>","len":N,"crc32c":N}` (crc32c is Castagnoli, as an unsigned
+/// decimal).
 #[derive(Args)]
 struct DumpArgs {
     /// Store directory.

@@ -93,9 +93,16 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
-    /// No store at the path and `create_if_missing` is off.
-    #[error("no store at {0}: create one first (or allow creation)")]
+    /// The directory exists but holds no store (no metadata file) and `create_if_missing` is
+    /// off.
+    #[error("no store at {0} (no {meta})", meta = crate::meta::META_FILE)]
     NoStore(PathBuf),
+    /// The store directory does not exist and `create_if_missing` is off; nothing was created.
+    #[error("no store at {0}: the directory does not exist")]
+    NoStoreDirectory(PathBuf),
+    /// The store path names a file (or anything else that is not a directory).
+    #[error("{0} is a file, not a store directory")]
+    NotADirectory(PathBuf),
     /// Another process holds the store open.
     #[error("store at {0} is open in another process (lock held on its LOCK file)")]
     Locked(PathBuf),

@@ -11,6 +11,7 @@
 use crate::error::{Error, Result};
 use crate::medium::{Domain, Medium};
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 /// Name of the metadata file.
 pub const META_FILE: &str = "hotstore.meta";
@@ -72,5 +73,32 @@ impl Meta {
         })?;
         bytes.push(b'\n');
         medium.write_file(META_FILE, &bytes)
+    }
+}
+
+/// Checks `dir` before anything touches the disk: it must not be a file, and unless
+/// `create_if_missing` it must be an existing directory holding [`META_FILE`].
+///
+/// Opening creates the directory, a LOCK file and probe files (`FileMedium::new`, `lock`)
+/// before the metadata is read, so a caller that must not create a store (the read-only
+/// `inspect`, `dump`, `verify`) would otherwise leave them at a mistyped path. The check is
+/// here, in the engine where the files get created, rather than in each command: it then
+/// covers every such caller, library users included (`Store::open` with
+/// `create_if_missing(false)`, `verify_dir`), with one typed error per case. A race with another
+/// process removing the store in between only means the later open fails as before.
+pub(crate) fn check_store_dir(dir: &Path, create_if_missing: bool) -> Result<()> {
+    use std::io::ErrorKind::NotFound;
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => Err(Error::NotADirectory(dir.to_path_buf())),
+        Ok(_) if create_if_missing => Ok(()),
+        Ok(_) => match std::fs::metadata(dir.join(META_FILE)) {
+            Err(e) if e.kind() == NotFound => Err(Error::NoStore(dir.to_path_buf())),
+            // Present, or unreadable: `Meta::load` reads it and reports what is wrong.
+            _ => Ok(()),
+        },
+        // Creating the directory later either succeeds or says why it cannot.
+        Err(_) if create_if_missing => Ok(()),
+        Err(e) if e.kind() == NotFound => Err(Error::NoStoreDirectory(dir.to_path_buf())),
+        Err(e) => Err(Error::io("open store directory", dir, e)),
     }
 }

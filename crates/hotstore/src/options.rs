@@ -131,7 +131,11 @@ pub struct StoreOptions {
     pub recovery: RecoveryMode,
     /// Verify each record's checksum on every read. Default true.
     pub verify_on_read: bool,
-    /// Create the store if the directory holds none. Default true.
+    /// Create the store if the directory holds none. Default true. When false, opening a path
+    /// that is not an existing store fails before anything is created (no directory, no LOCK
+    /// file): [`Error::NoStoreDirectory`](crate::Error::NoStoreDirectory) if it does not exist,
+    /// [`Error::NoStore`](crate::Error::NoStore) if it holds no metadata file. A file as the
+    /// store path is [`Error::NotADirectory`](crate::Error::NotADirectory) either way.
     pub create_if_missing: bool,
     /// Media to use instead of the tier directories (tests: fault injection). One per tier.
     pub media: Option<Vec<Arc<dyn Medium>>>,
@@ -217,7 +221,7 @@ impl StoreOptions {
         self.verify_on_read = on;
         self
     }
-    /// Allows or forbids creating a new store.
+    /// Allows or forbids creating a new store (see [`StoreOptions::create_if_missing`]).
     pub fn create_if_missing(mut self, on: bool) -> Self {
         self.create_if_missing = on;
         self

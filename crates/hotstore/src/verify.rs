@@ -47,7 +47,9 @@ impl VerifyReport {
 }
 
 /// Verifies the store in `dir` without opening it for writing (it may be open elsewhere).
+/// Refuses a path that holds no store before creating anything there.
 pub fn verify_dir(dir: &Path) -> Result<VerifyReport> {
+    crate::meta::check_store_dir(dir, false)?;
     let root = FileMedium::new(dir, crate::medium::Domain::Volatile)?;
     let meta = Meta::load(&root)?.ok_or_else(|| Error::NoStore(dir.to_path_buf()))?;
     let mut report = VerifyReport::default();

@@ -10,10 +10,9 @@ fn err(e: impl std::fmt::Display) -> CliError {
     CliError::Msg(e.to_string())
 }
 
+/// Opens an existing store; the engine refuses any other path without creating anything
+/// there, with the same messages as `inspect`, `dump` and `verify`.
 fn open(dir: &Path) -> CliResult<Store> {
-    if !dir.join(hotstore::META_FILE).exists() {
-        return Err(err(format!("{} holds no store", dir.display())));
-    }
     Ok(Store::builder(dir).create_if_missing(false).open()?)
 }
 

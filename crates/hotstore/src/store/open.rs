@@ -11,6 +11,11 @@ impl Store {
     /// Opens (creating if allowed) the store described by `options`, recovering its index.
     pub fn open(options: StoreOptions) -> Result<Store> {
         options.validate()?;
+        if options.media.is_none() {
+            // Before the directory, LOCK and probe files below are created: without a store
+            // and without `create_if_missing`, nothing may be left on disk.
+            crate::meta::check_store_dir(&options.dir, options.create_if_missing)?;
+        }
         let (root, detected): (Arc<dyn Medium>, Option<Domain>) = match &options.media {
             Some(m) => (m[0].clone(), None),
             None => {
