@@ -497,10 +497,37 @@ fn bench_run(op: bench::Op, a: BenchArgs) -> CliResult<()> {
     })
 }
 
+impl Command {
+    /// Whether the command serves network clients (`serve`, `record --serve-port`).
+    fn serves_network(&self) -> bool {
+        match self {
+            Command::Serve(_) => true,
+            Command::Record(a) => a.serves_network(),
+            _ => false,
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    // SIGPIPE: a command-line tool ends quietly when the reader of its output goes away
+    // (`hotstore record verify DIR | head -1`), like `cat`; with Rust's ignored SIGPIPE every
+    // `println!` would panic instead. Set before parsing, so `--help | head` is covered too.
+    util::sigpipe_default();
     // Usage errors: clap prints `error: ...` and exits 2; --help and --version exit 0.
     let cli = Cli::parse();
-    match run(cli) {
+    // A server must outlive its clients: a write to one that hung up has to fail with EPIPE
+    // and close that connection only. So `serve` and `record --serve-port` ignore SIGPIPE while
+    // the server runs (no socket exists yet here) and restore the default once it has stopped;
+    // their stdout writes while it runs tolerate EPIPE. `record` installs handlers for SIGUSR1,
+    // SIGINT and SIGTERM only, so this setting holds for it.
+    if cli.command.serves_network() {
+        util::sigpipe_ignore();
+    }
+    let result = run(cli);
+    // Every server handle has been dropped (and so stopped) by now: restore the default before
+    // reporting an error that a server command returned.
+    util::sigpipe_default();
+    match result {
         Ok(code) => code,
         Err(CliError::BrokenPipe) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,5 +1,5 @@
 //! Small helpers shared by the subcommands: the CLI error type, byte sizes in and out, hex,
-//! and stdout that tolerates a closed pipe (`hotstore dump | head`).
+//! stdout that tolerates a closed pipe (`hotstore dump | head`) and the SIGPIPE disposition.
 
 use std::fmt;
 use std::io::{self, BufWriter, StdoutLock, Write};
@@ -73,6 +73,31 @@ fn io_out(e: io::Error) -> CliError {
         CliError::BrokenPipe
     } else {
         CliError::Msg(format!("cannot write to stdout: {e}"))
+    }
+}
+
+/// Restores the default action of SIGPIPE, as in `cat` or `grep`: when the reader of stdout
+/// or stderr goes away (`hotstore dump | head -1`), the process ends quietly. Rust's runtime
+/// ignores SIGPIPE, which turns that into an EPIPE write error, and `println!` panics on it.
+pub fn sigpipe_default() {
+    // Safety: SIG_DFL installs no handler, so none of our code runs in signal context; the call
+    // only changes the process's disposition of SIGPIPE (one rt_sigaction), which is safe at
+    // any time and from any thread.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// Ignores SIGPIPE again (Rust's own start-up setting), for the network servers: a write to a
+/// client that went away must fail with EPIPE, not kill the process. std's TCP `write` (under
+/// mio and tokio) passes MSG_NOSIGNAL, but a vectored write (`writev`) cannot, and Unix-socket
+/// writes (`serve --unixsocket`) were plain `write(2)` until recent std: not something to rely on.
+pub fn sigpipe_ignore() {
+    // Safety: SIG_IGN installs no handler, so none of our code runs in signal context; the call
+    // only changes the process's disposition of SIGPIPE (one rt_sigaction), which is safe at
+    // any time and from any thread.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
 }
 

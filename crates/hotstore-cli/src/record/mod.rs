@@ -208,6 +208,13 @@ pub fn parse_rate(s: &str) -> Result<f64, String> {
     Ok(r)
 }
 
+impl RecordArgs {
+    /// Whether this is a recording run that serves network clients (`--serve-port`).
+    pub fn serves_network(&self) -> bool {
+        self.cmd.is_none() && self.run.serve_port.is_some()
+    }
+}
+
 /// Runs `record` or one of its subcommands.
 pub fn run(a: RecordArgs) -> CliResult<ExitCode> {
     match a.cmd {

@@ -28,6 +28,7 @@ extern "C" fn on_stop(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
+/// SIGPIPE is left as `main` set it: default, or ignored with --serve-port.
 fn install_signals() {
     // Safety: the handlers only store to atomics (async-signal-safe).
     unsafe {
@@ -299,8 +300,11 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
         .map_err(|_| err("the source thread panicked"))?
         .map_err(err)?;
     if let Some(s) = server {
-        s.shutdown()
-            .map_err(|e| err(format!("stopping the server: {e}")))?;
+        let stopped = s.shutdown();
+        // The server's connections are closed (its runtime is shut down): back to the default
+        // SIGPIPE of a command-line tool for the summary on stdout (see `main`).
+        crate::util::sigpipe_default();
+        stopped.map_err(|e| err(format!("stopping the server: {e}")))?;
     }
     let report = recorder.finish().map_err(err)?;
     let stored_is_durable = matches!(a.durability, crate::DurabilityArg::Memory)
