@@ -186,9 +186,18 @@ fn work(
     let mut requests = 0;
     let mut measuring = false;
     let mut passes = 0;
+    // Steps taken past the window while nothing was measured yet (bounded: an asynchronous
+    // engine may complete nothing in a step; `drain` below then collects).
+    let mut late_steps = 0;
     loop {
         match phase.load(Ordering::Relaxed) {
-            STOP => break,
+            // A worker descheduled for the whole window (a loaded machine) measures at least
+            // one step past it instead of reporting 0 B/s; the window ends when that step does.
+            STOP if requests > 0 || late_steps >= 64 => break,
+            STOP => {
+                measuring = true;
+                late_steps += 1;
+            }
             MEASURE => measuring = true,
             _ => {}
         }
