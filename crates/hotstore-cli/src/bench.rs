@@ -7,6 +7,7 @@
 //! duration (or until a writer finds the store full), reads them again and stops the threads.
 
 use crate::limits::{self, Limit};
+use crate::scratch::ScratchDir;
 use crate::util::{fail, human_bytes, human_count, CliResult, Out};
 use hotstore::{Domain, Durability, FragmentKey, Store, StoreOptions, TierSpec, MAX_VALUE_LEN};
 use serde::Serialize;
@@ -320,17 +321,9 @@ where
     })
 }
 
-/// A new temporary directory under `base`, removed when dropped.
-pub(crate) fn temp_dir_in(base: &Path) -> CliResult<tempfile::TempDir> {
-    tempfile::Builder::new()
-        .prefix("hotstore-bench-")
-        .tempdir_in(base)
-        .map_err(|e| {
-            crate::util::CliError::Msg(format!(
-                "cannot create a directory under {}: {e}",
-                base.display()
-            ))
-        })
+/// A new temporary directory under `base`, removed when dropped or on SIGINT/SIGTERM.
+pub(crate) fn temp_dir_in(base: &Path) -> CliResult<ScratchDir> {
+    ScratchDir::new_in(base, "bench")
 }
 
 /// Opens a fresh store in a new temporary directory under `base`.
@@ -339,7 +332,7 @@ fn fresh_store(
     cfg: &Config,
     segment_size: u64,
     capacity: u64,
-) -> CliResult<(tempfile::TempDir, Store)> {
+) -> CliResult<(ScratchDir, Store)> {
     let tmp = temp_dir_in(base)?;
     let default_lanes = StoreOptions::new(tmp.path()).lanes;
     let store = Store::builder(tmp.path())

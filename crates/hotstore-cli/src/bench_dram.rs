@@ -90,7 +90,7 @@ fn measure(
     a: &DramArgs,
     events: bool,
     out: &mut Out,
-) -> CliResult<(u64, u64, tempfile::TempDir)> {
+) -> CliResult<(u64, u64, crate::scratch::ScratchDir)> {
     let dir = temp_dir_in(base)?;
     let before = rss_anon()?;
     let s = Store::builder(dir.path()).open()?;

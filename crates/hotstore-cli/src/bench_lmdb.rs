@@ -19,7 +19,7 @@ pub const BATCH: u64 = 1000;
 const GETS_PER_TXN: u64 = 1000;
 
 struct Lmdb {
-    _dir: tempfile::TempDir,
+    _dir: crate::scratch::ScratchDir,
     env: Env,
     db: Database<Bytes, Bytes>,
 }

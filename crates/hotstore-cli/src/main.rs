@@ -20,6 +20,7 @@ mod inspect;
 mod limits;
 mod minidaq;
 mod record;
+mod scratch;
 mod serve;
 mod stress;
 mod util;

@@ -10,6 +10,7 @@ pub mod sampling;
 pub mod workload;
 
 use crate::limits;
+use crate::scratch::ScratchDir;
 use crate::util::{fail, human_bytes, human_count, CliError, CliResult};
 use hotstore::{Durability, EventPolicy, Store, TierSpec};
 use sampling::{Counters, RateStats, Sample, Sampler};
@@ -288,14 +289,12 @@ fn sweep(cfg: &Config, sizes: &[u64]) -> CliResult<bool> {
 }
 
 /// The store for a run: a fresh temporary one (kept alive by the returned guard) or `--store`.
-fn open_store(cfg: &Config) -> CliResult<(Option<tempfile::TempDir>, Store)> {
+fn open_store(cfg: &Config) -> CliResult<(Option<ScratchDir>, Store)> {
     let (tmp, dir) = match &cfg.store {
         Some(d) => (None, d.clone()),
         None => {
-            let t = tempfile::Builder::new()
-                .prefix("hotstore-minidaq-")
-                .tempdir_in(base_dir())
-                .map_err(|e| CliError::Msg(format!("cannot create a temporary store: {e}")))?;
+            // Removed at the end, and on SIGINT/SIGTERM (a stopped run left gigabytes here).
+            let t = ScratchDir::new_in(&base_dir(), "minidaq")?;
             let d = t.path().to_path_buf();
             (Some(t), d)
         }

@@ -261,6 +261,13 @@ fn write_uring(
             }
             flight[slot] = Some((file_at, n));
             file_at += n;
+            // Hand the chunk to the device now, so it writes while the next one is copied
+            // (submitting only after filling every buffer serialised copy and write).
+            if let Err(e) = ring.submit() {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    first_error = Some(Error::io("io_uring submit", path, e));
+                }
+            }
         }
         if flight.iter().all(Option::is_none) {
             return Ok(first_error.map_or(Ok(()), Err));
