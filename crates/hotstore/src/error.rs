@@ -39,12 +39,15 @@ pub enum Error {
         reason: String,
     },
     /// No tier has room for the write; nothing stored was touched.
-    #[error("store full: a write of {needed_bytes} bytes does not fit (capacity {capacity_bytes} bytes over all tiers); remove or acknowledge data, or raise the tier capacity")]
+    #[error("store full: a write of {needed_bytes} bytes does not fit (capacity {capacity_bytes} bytes over all tiers{device}); remove or acknowledge data, or raise the tier capacity")]
     StoreFull {
         /// Bytes the write needed (record size).
         needed_bytes: u64,
         /// Sum of tier capacities.
         capacity_bytes: u64,
+        /// Empty, or what a full file system under a tier has left and what to do (starts
+        /// with `; `).
+        device: String,
     },
     /// Key longer than [`crate::MAX_KEY_LEN`].
     #[error("key of {len} bytes is longer than the maximum of {max} bytes")]

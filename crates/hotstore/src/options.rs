@@ -119,7 +119,9 @@ pub struct StoreOptions {
     /// only capacities given here replace the stored ones.
     pub tiers: Vec<TierSpec>,
     /// Size of each segment file. Default 64 MiB; 64 KiB ..= 2 GiB, a multiple of 4096.
-    /// Larger values get a segment of their own. Fixed at creation.
+    /// Larger values get a segment of their own. Fixed at creation; a new store on a small
+    /// file system (less than 16 segments free, such as Docker's 64 MiB /dev/shm) gets the
+    /// largest power of two that fits 16 times instead (`stats()` and `inspect` show it).
     pub segment_size_bytes: usize,
     /// Writer lanes: each has its own active segment, so up to this many threads append
     /// without meeting. Default: available cores; 1 ..= 256.

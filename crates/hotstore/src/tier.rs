@@ -100,6 +100,22 @@ impl Tier {
         self.medium.domain()
     }
 
+    /// If the file system under this tier refused a file: what it has left and what to do,
+    /// for the StoreFull message (a tier of 0 bytes on a small /dev/shm must say why).
+    pub fn device_full_hint(&self) -> Option<String> {
+        if !self.state.lock().device_full {
+            return None;
+        }
+        let dir = self.medium.path();
+        let free = crate::medium::free_bytes(dir)?;
+        Some(format!(
+            "; the file system under {} has {free} bytes free, too few for another segment \
+             file of {} bytes: free space there, or bound the tier's capacity below what it has",
+            dir.display(),
+            self.segment_size
+        ))
+    }
+
     /// Registers a file found at recovery (in use or free).
     pub fn adopt(&self, slot: u32, len: u64, free: Option<Arc<dyn Region>>) {
         let mut s = self.state.lock();

@@ -255,6 +255,11 @@ fn full_tmpfs_gives_store_full_not_sigbus() {
     let s = open();
     let (stored, err) = fill(&s, 0, Durability::Persisted);
     assert!(err.is_full(), "full tmpfs: expected StoreFull, got {err}");
+    // The message says the file system is what is full, and what to do.
+    assert!(
+        err.to_string().contains("bytes free") && err.to_string().contains("bound the tier"),
+        "{err}"
+    );
     assert!(stored.len() > 100, "only {} stored in 4 MiB", stored.len());
     check(&s, &stored, "full tmpfs");
     // Removing makes room on the device again.

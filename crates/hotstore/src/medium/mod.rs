@@ -165,3 +165,23 @@ pub trait Region: Send + Sync {
     /// is durable.
     fn persist(&self, offset: usize, len: usize) -> Result<()>;
 }
+
+/// Bytes an unprivileged writer can still use on the file system under `dir` (`statvfs`),
+/// `None` where that cannot be asked.
+pub(crate) fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // Safety: `c` is NUL-terminated and `st` is writable memory of the size statvfs fills.
+    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // Safety: statvfs returned 0, so it initialised the struct.
+    let st = unsafe { st.assume_init() };
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "fsblkcnt_t and c_ulong are 32 bits on some targets"
+    )]
+    let free = (st.f_bavail as u64).saturating_mul(st.f_frsize as u64);
+    Some(free)
+}

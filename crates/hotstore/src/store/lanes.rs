@@ -126,6 +126,11 @@ impl Inner {
                 .iter()
                 .map(|t| t.capacity_bytes.max(t.used_bytes()))
                 .sum(),
+            device: self
+                .tiers
+                .iter()
+                .find_map(|t| t.device_full_hint())
+                .unwrap_or_default(),
         })
     }
 }

@@ -1,6 +1,7 @@
 //! Opening a store: metadata, tiers, recovery, the lanes' active segments, maintenance.
 
 use super::*;
+use crate::options::MIN_SEGMENT_SIZE;
 
 impl Store {
     /// Options with defaults for a store in `dir`.
@@ -90,10 +91,17 @@ impl Store {
                         }
                     })
                     .collect();
+                let segment_size = match (&options.media, specs.first()) {
+                    (None, Some(t)) => fit_segment_size(
+                        options.segment_size_bytes,
+                        crate::medium::free_bytes(&resolve(&options.dir, &t.path)),
+                    ),
+                    _ => options.segment_size_bytes,
+                };
                 let meta = Meta {
                     format_version: FORMAT_VERSION,
                     layout: options.layout.clone().unwrap_or_default().to_string(),
-                    segment_size_bytes: options.segment_size_bytes as u64,
+                    segment_size_bytes: segment_size as u64,
                     created_unix_ms: now_ns() / 1_000_000,
                     tiers,
                 };
@@ -230,5 +238,51 @@ fn resolve(dir: &Path, p: &Path) -> PathBuf {
         p.to_path_buf()
     } else {
         dir.join(p)
+    }
+}
+
+/// A new store's segments are at most this fraction of the free space of its first tier's
+/// file system: the stock of prepared segments and the removal reserve (a few segments each)
+/// must fit beside the data.
+const FREE_SPACE_PER_SEGMENT: u64 = 16;
+
+/// The segment size for a new store: `wanted`, or on a small file system (Docker's 64 MiB
+/// /dev/shm) the largest power of two that is at most 1/[`FREE_SPACE_PER_SEGMENT`] of its
+/// free space, and at least [`MIN_SEGMENT_SIZE`].
+fn fit_segment_size(wanted: usize, free: Option<u64>) -> usize {
+    let Some(free) = free else {
+        return wanted;
+    };
+    let most = free / FREE_SPACE_PER_SEGMENT;
+    if wanted as u64 <= most {
+        return wanted;
+    }
+    let pow2 = if most == 0 {
+        0
+    } else {
+        1u64 << (63 - most.leading_zeros())
+    };
+    (pow2 as usize).clamp(MIN_SEGMENT_SIZE, wanted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fit_segment_size;
+
+    #[test]
+    fn segments_shrink_to_the_free_space_of_a_small_file_system() {
+        const MIB: usize = 1 << 20;
+        // Docker's default /dev/shm: 64 MiB free gives 4 MiB segments.
+        assert_eq!(fit_segment_size(64 * MIB, Some(64 << 20)), 4 * MIB);
+        assert_eq!(fit_segment_size(64 * MIB, Some(100 << 20)), 4 * MIB);
+        // Room enough, or unknown: as asked.
+        assert_eq!(fit_segment_size(64 * MIB, Some(24 << 30)), 64 * MIB);
+        assert_eq!(fit_segment_size(64 * MIB, None), 64 * MIB);
+        assert_eq!(fit_segment_size(256 << 10, Some(4 << 20)), 256 << 10);
+        // Never below the smallest segment, never above what was asked.
+        assert_eq!(fit_segment_size(64 * MIB, Some(1 << 20)), 64 << 10);
+        assert_eq!(fit_segment_size(64 * MIB, Some(0)), 64 << 10);
+        assert_eq!(fit_segment_size(128 << 10, Some(1 << 20)), 64 << 10);
+        assert_eq!(fit_segment_size(64 << 10, Some(0)), 64 << 10);
     }
 }
