@@ -66,10 +66,13 @@ where
         claims: HashMap::new(),
     };
     shared.metrics.connections_total.inc();
-    let _ = run(&shared, &mut stream, &mut state).await;
+    let end = run(&shared, &mut stream, &mut state).await;
     // Claims held by a connection go back to READY when it goes.
     for (token, _) in state.claims.values() {
         let _ = shared.store.release(token);
+    }
+    if matches!(end, Ok(End::Refused)) {
+        linger(&shared, &mut stream).await;
     }
     shared.clients.unregister(state.info.id);
 }
@@ -78,6 +81,8 @@ where
 enum End {
     Closed,
     Quit,
+    /// A request was refused with a protocol error: close after [`linger`].
+    Refused,
 }
 
 async fn run<S>(shared: &Arc<Shared>, stream: &mut S, state: &mut ConnState) -> std::io::Result<End>
@@ -146,7 +151,7 @@ where
                     shared.metrics.error("protocol");
                     Reply::new(&mut out, state.resp3).error(&format!("ERR {e}"));
                     send(shared, state, stream, &mut out).await?;
-                    return Ok(End::Closed);
+                    return Ok(End::Refused);
                 }
             }
         }
@@ -251,14 +256,46 @@ async fn refuse_too_large<S>(
     out: &mut Vec<u8>,
 ) -> std::io::Result<End>
 where
-    S: AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
 {
     shared.metrics.error("protocol");
     Reply::new(out, state.resp3).error(
         "ERR Protocol error: request larger than max-buffer-memory (the server-wide read budget)",
     );
     send(shared, state, stream, out).await?;
-    Ok(End::Closed)
+    Ok(End::Refused)
+}
+
+/// Most bytes [`linger`] reads and drops before closing anyway.
+const LINGER_MAX_BYTES: u64 = 1 << 30;
+/// Longest [`linger`] waits for the client to finish sending.
+const LINGER_TIME: Duration = Duration::from_secs(10);
+
+/// Before closing on a refused request: stop writing and read what the client is still sending
+/// (up to [`LINGER_MAX_BYTES`] or [`LINGER_TIME`]). Closing with unread input makes the kernel
+/// reset the connection, and the reset discards the error reply before the client reads it:
+/// redis-cli sending a 300 MB value printed "Connection reset by peer", never the reason.
+/// A server shutdown ends it at once.
+async fn linger<S>(shared: &Shared, stream: &mut S)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let _ = stream.shutdown().await;
+    let mut stopping = shared.shutdown.subscribe();
+    let drain = async {
+        let mut scratch = vec![0u8; 64 << 10];
+        let mut drained = 0u64;
+        while drained < LINGER_MAX_BYTES {
+            match stream.read(&mut scratch).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n as u64,
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::timeout(LINGER_TIME, drain) => {}
+        _ = stopping.wait_for(|stop| *stop) => {}
+    }
 }
 
 /// Runs one request, timing it for the metrics.

@@ -196,3 +196,33 @@ fn one_mget_cannot_buffer_unbounded_output() {
     assert_eq!(c.bulk().unwrap().len(), 600 << 10);
     server.shutdown().unwrap();
 }
+
+/// Bug: a value over the bulk limit (256 MiB) ended in "Connection reset by peer" at the
+/// client: the server closed with the rest of the value unread, so the kernel reset the
+/// connection and threw the error reply away. The reply must arrive and name the limit.
+#[test]
+fn value_over_the_limit_gets_a_reply_naming_the_limit_not_a_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = spawn(small_budget(dir.path())).unwrap();
+    let stream = std::net::TcpStream::connect(server.tcp_addr()).unwrap();
+    let mut w = stream.try_clone().unwrap();
+    // Declares 2 MiB (over the 1 MiB limit here) and sends all of it, as redis-cli does
+    // before it reads a reply: far more than the socket buffers hold unread.
+    let sender = std::thread::spawn(move || {
+        let _ = w.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2097152\r\n");
+        let _ = w.write_all(&vec![b'x'; 2 << 20]);
+        let _ = w.write_all(b"\r\n");
+        let _ = w.shutdown(std::net::Shutdown::Write);
+    });
+    let mut reply = Vec::new();
+    let read = (&stream).read_to_end(&mut reply);
+    sender.join().unwrap();
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(read.is_ok(), "{read:?}; got {reply:?}");
+    assert!(
+        reply.starts_with("-ERR Protocol error: invalid bulk length")
+            && reply.contains("over the limit of 1048576 bytes"),
+        "{reply}"
+    );
+    server.shutdown().unwrap();
+}

@@ -7,6 +7,7 @@
 //! buffered, and a size hint so a large value is read into a buffer allocated once.
 //! Error texts follow Redis (`networking.c`), which clients and tests match on.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 /// Limits on one request.
@@ -44,7 +45,7 @@ pub enum Parsed {
 /// Malformed input: the connection gets `-ERR Protocol error: <text>` and is closed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("Protocol error: {0}")]
-pub struct ProtocolError(pub &'static str);
+pub struct ProtocolError(pub Cow<'static, str>);
 
 fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
     let mut i = from;
@@ -109,13 +110,14 @@ fn parse_multibulk(
 ) -> Result<Parsed, ProtocolError> {
     let Some(eol) = find_crlf(buf, 1) else {
         if buf.len() > limits.max_inline {
-            return Err(ProtocolError("too big mbulk count string"));
+            return Err(ProtocolError(Cow::Borrowed("too big mbulk count string")));
         }
         return Ok(Parsed::Incomplete { need: 0 });
     };
-    let count = parse_len(&buf[1..eol]).ok_or(ProtocolError("invalid multibulk length"))?;
+    let count =
+        parse_len(&buf[1..eol]).ok_or(ProtocolError(Cow::Borrowed("invalid multibulk length")))?;
     if count > limits.max_args as i64 {
-        return Err(ProtocolError("invalid multibulk length"));
+        return Err(ProtocolError(Cow::Borrowed("invalid multibulk length")));
     }
     let mut pos = eol + 2;
     if count <= 0 {
@@ -130,17 +132,26 @@ fn parse_multibulk(
             return Ok(Parsed::Incomplete { need: 0 });
         }
         if buf[pos] != b'$' {
-            return Err(ProtocolError("expected '$'"));
+            return Err(ProtocolError(Cow::Borrowed("expected '$'")));
         }
         let Some(eol) = find_crlf(buf, pos + 1) else {
             if buf.len() - pos > 32 {
-                return Err(ProtocolError("too big bulk count string"));
+                return Err(ProtocolError(Cow::Borrowed("too big bulk count string")));
             }
             return Ok(Parsed::Incomplete { need: 0 });
         };
-        let len = parse_len(&buf[pos + 1..eol]).ok_or(ProtocolError("invalid bulk length"))?;
-        if len < 0 || len as u64 > limits.max_bulk as u64 {
-            return Err(ProtocolError("invalid bulk length"));
+        let len = parse_len(&buf[pos + 1..eol])
+            .ok_or(ProtocolError(Cow::Borrowed("invalid bulk length")))?;
+        if len < 0 {
+            return Err(ProtocolError(Cow::Borrowed("invalid bulk length")));
+        }
+        if len as u64 > limits.max_bulk as u64 {
+            // Redis says only "invalid bulk length"; name the limit so the user knows why.
+            return Err(ProtocolError(Cow::Owned(format!(
+                "invalid bulk length: a string of {len} bytes is over the limit of {} bytes \
+                 (proto-max-bulk-len; values are at most 256 MiB)",
+                limits.max_bulk
+            ))));
         }
         let start = eol + 2;
         let end = start + len as usize;
@@ -148,7 +159,9 @@ fn parse_multibulk(
             return Ok(Parsed::Incomplete { need: end + 2 });
         }
         if &buf[end..end + 2] != b"\r\n" {
-            return Err(ProtocolError("bulk string not terminated by CRLF"));
+            return Err(ProtocolError(Cow::Borrowed(
+                "bulk string not terminated by CRLF",
+            )));
         }
         args.push(start..end);
         pos = end + 2;
@@ -165,12 +178,12 @@ fn parse_inline(
 ) -> Result<Parsed, ProtocolError> {
     let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
         if buf.len() > limits.max_inline {
-            return Err(ProtocolError("too big inline request"));
+            return Err(ProtocolError(Cow::Borrowed("too big inline request")));
         }
         return Ok(Parsed::Incomplete { need: 0 });
     };
     if nl > limits.max_inline {
-        return Err(ProtocolError("too big inline request"));
+        return Err(ProtocolError(Cow::Borrowed("too big inline request")));
     }
     let line_end = if nl > 0 && buf[nl - 1] == b'\r' {
         nl - 1
@@ -191,11 +204,11 @@ fn parse_inline(
             let close = buf[start..line_end]
                 .iter()
                 .position(|&b| b == quote)
-                .ok_or(ProtocolError("unbalanced quotes in request"))?;
+                .ok_or(ProtocolError(Cow::Borrowed("unbalanced quotes in request")))?;
             args.push(start..start + close);
             i = start + close + 1;
             if i < line_end && !buf[i].is_ascii_whitespace() {
-                return Err(ProtocolError("unbalanced quotes in request"));
+                return Err(ProtocolError(Cow::Borrowed("unbalanced quotes in request")));
             }
         } else {
             let start = i;
@@ -205,7 +218,7 @@ fn parse_inline(
             args.push(start..i);
         }
         if args.len() > limits.max_args {
-            return Err(ProtocolError("invalid multibulk length"));
+            return Err(ProtocolError(Cow::Borrowed("invalid multibulk length")));
         }
     }
     Ok(Parsed::Request { consumed: nl + 1 })
