@@ -383,3 +383,37 @@ fn sigusr1_triggers_a_recording() {
     // 0.6 s x 2 links at 2 MB/s of 5568-byte frames: about 431 frames.
     assert!(j["frames_recorded"].as_u64().unwrap() > 350);
 }
+
+/// Bug: `record --duration 1` stopped before the default trigger (at --pre + 0.2 s) and said
+/// "the writers kept up with the input" and "ratio 0.000": nothing was recorded, and it must
+/// say so and why (exit 1: no complete recording).
+#[test]
+fn a_run_that_stops_before_its_trigger_says_nothing_was_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let o = run(&[
+        "record",
+        "--store",
+        store.to_str().unwrap(),
+        "--links",
+        "2",
+        "--rate-per-link",
+        "1MB/s",
+        "--pre",
+        "1",
+        "--trigger-at",
+        "1000",
+        "--duration",
+        "0.3",
+        "--no-limit",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("recording: none: the run stopped at")
+            && out.contains("before the trigger at 1000.0 s"),
+        "{out}"
+    );
+    assert!(!out.contains("kept up"), "{out}");
+    assert!(!out.contains("ratio:"), "{out}");
+}

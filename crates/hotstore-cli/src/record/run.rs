@@ -310,6 +310,7 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
     let stored_is_durable = matches!(a.durability, crate::DurabilityArg::Memory)
         || store.stats().tiers.iter().all(|t| !t.survives_power_cut);
     drop(store);
+    let stopped_at = t0.elapsed().as_secs_f64();
     summarize(
         &a,
         &report,
@@ -317,6 +318,7 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
         bound,
         &source_line,
         stored_is_durable,
+        (stopped_at, triggers.first().copied()),
     )
 }
 
@@ -388,8 +390,10 @@ fn summarize(
     bound: u64,
     source_line: &str,
     stored_is_durable: bool,
+    (stopped_at, first_trigger): (f64, Option<f64>),
 ) -> CliResult<ExitCode> {
     let t = totals(r, stored_is_durable);
+    let recorded = !r.recordings.is_empty();
     let mean_write_rate = t.bytes_written as f64 / t.write_secs.max(1e-9);
     // The sustained rate if the writers were ever busy long enough to measure it; otherwise
     // they kept up with the input and the mean is what the input allowed.
@@ -398,7 +402,11 @@ fn summarize(
     // (input - output) for the post-trigger window.
     let pre_bytes = t.input_rate * a.pre;
     let model = pre_bytes + (t.input_rate - write_rate).max(0.0) * a.post;
-    let ratio = limit.map(|l| write_rate / l.bytes_per_sec);
+    // Nothing recorded: there is no write rate to compare (a ratio of 0 would read as a
+    // device that wrote nothing).
+    let ratio = limit
+        .filter(|_| recorded)
+        .map(|l| write_rate / l.bytes_per_sec);
     if let Some(path) = &a.plot {
         let triggers: Vec<f64> = r
             .recordings
@@ -443,6 +451,18 @@ fn summarize(
         println!("{v}");
     } else {
         println!("{source_line}");
+        if !recorded {
+            match first_trigger {
+                Some(at) if at > stopped_at => println!(
+                    "recording: none: the run stopped at {stopped_at:.1} s, before the trigger at \
+                     {at:.1} s; give a longer --duration (at least {:.1} s) or an earlier --trigger-at",
+                    at + a.post + 0.5
+                ),
+                _ => println!(
+                    "recording: none: no trigger arrived before the run stopped at {stopped_at:.1} s"
+                ),
+            }
+        }
         for m in &r.recordings {
             println!(
                 "recording {}: {:?}{}, {} triggers, {:.2} s window, {} slices, {} frames stored, {} dropped",
@@ -456,19 +476,37 @@ fn summarize(
                 m.frames_dropped()
             );
         }
-        println!(
-            "written: {} in {:.2} s = {}/s mean (input {}/s)",
-            human_bytes(t.bytes_written as f64),
-            t.write_secs,
-            human_bytes(mean_write_rate),
-            human_bytes(t.input_rate)
-        );
+        if r.frames_dropped > t.frames_dropped {
+            // The progress lines count every drop since the start; the recordings only those
+            // inside their windows. Say why the two differ.
+            println!(
+                "dropped: {} frames in all (the progress lines' count), {} inside a recording \
+                 window (above); the other {} fell outside every window, where nothing is stored",
+                r.frames_dropped,
+                t.frames_dropped,
+                r.frames_dropped - t.frames_dropped
+            );
+        }
+        if t.bytes_written == 0 {
+            println!("written: nothing (input {}/s)", human_bytes(t.input_rate));
+        } else {
+            println!(
+                "written: {} in {:.2} s = {}/s mean (input {}/s)",
+                human_bytes(t.bytes_written as f64),
+                t.write_secs,
+                human_bytes(mean_write_rate),
+                human_bytes(t.input_rate)
+            );
+        }
         match t.busy_rate {
             Some(b) => println!(
                 "sustained: {}/s of frames made durable while a backlog existed",
                 human_bytes(b)
             ),
-            None => println!("sustained: the writers kept up with the input (no backlog)"),
+            None if recorded => {
+                println!("sustained: the writers kept up with the input (no backlog)")
+            }
+            None => {}
         }
         println!(
             "backlog: peak {} (model {}; bound {})",
@@ -476,8 +514,10 @@ fn summarize(
             human_bytes(model),
             human_bytes(bound as f64)
         );
-        if let (Some(l), Some(ratio)) = (limit, ratio) {
+        if let Some(l) = limit {
             println!("limit:   {}: {}/s", l.name, human_bytes(l.bytes_per_sec));
+        }
+        if let Some(ratio) = ratio {
             println!("ratio:   {ratio:.3} of the limit");
         }
         println!(
