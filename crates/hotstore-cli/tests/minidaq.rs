@@ -111,3 +111,50 @@ fn a_run_ending_while_readout_waits_for_space_ends_cleanly() {
     // Not a timing assertion on speed: a run of 2 s that waited the old 10 s is a hang.
     assert!(started.elapsed() < std::time::Duration::from_secs(60));
 }
+
+/// Bugs: a fill-drain of 2000 events (milliseconds per phase, fewer 5 ms samples than a median
+/// needs) printed `collect: 0 frag/s`; `--no-limit` printed `ratio: readout 0.000`.
+#[test]
+fn short_phases_report_their_overall_rate_and_no_limit_prints_no_ratio() {
+    let out = minidaq(&[
+        "--mode",
+        "fill-drain",
+        "--events",
+        "2000",
+        "--fragment-size",
+        "1KiB",
+        "--capacity",
+        "256MiB",
+        "--no-limit",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for side in ["readout", "collect"] {
+        let ops = j[side]["ops_per_sec"].as_f64().unwrap();
+        assert!(ops > 0.0, "{side}: {}", j[side]);
+        if j[side]["samples"].as_u64().unwrap() < 20 {
+            assert!(j[side]["ops_per_sec_p1"].is_null(), "{side}: {}", j[side]);
+        }
+    }
+    assert!(j["ratio"].is_null(), "{}", j["ratio"]);
+
+    let text = minidaq(&[
+        "--mode",
+        "fill-drain",
+        "--events",
+        "2000",
+        "--fragment-size",
+        "1KiB",
+        "--capacity",
+        "256MiB",
+        "--no-limit",
+    ]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(!text.contains(" 0 frag/s"), "{text}");
+    assert!(!text.contains("ratio:"), "{text}");
+    assert!(
+        text.contains("limit:   not measured (--no-limit)"),
+        "{text}"
+    );
+}

@@ -103,8 +103,31 @@ pub struct Report {
     pub elapsed_secs: f64,
     pub limit_name: String,
     pub limit_bytes_per_sec: f64,
-    /// Readout bytes/s (median) over the limit.
-    pub ratio: f64,
+    /// Readout bytes/s (median) over the limit; `None` (`null`) if the limit was not measured.
+    pub ratio: Option<f64>,
+}
+
+/// Fewest samples a side's median, p1 and p99 are given over; a shorter phase (a fill-drain
+/// of a few thousand events lasts milliseconds) reports its overall rate instead.
+const MIN_SAMPLES: usize = 20;
+
+/// A side's figures when its phase was too short for [`MIN_SAMPLES`] samples: the overall
+/// rate (`ops` and `bytes` over `secs`) stands for the median; p1 and p99 are not known (NaN,
+/// `null` in JSON).
+fn side_from_totals(ops: u64, bytes: u64, events: u64, secs: f64, samples: usize) -> Side {
+    let per_sec = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+    Side {
+        ops_per_sec: per_sec(ops),
+        ops_per_sec_p1: f64::NAN,
+        ops_per_sec_p99: f64::NAN,
+        ops_per_sec_mean: per_sec(ops),
+        bytes_per_sec: per_sec(bytes),
+        bytes_per_sec_p1: f64::NAN,
+        bytes_per_sec_p99: f64::NAN,
+        bytes_per_sec_mean: per_sec(bytes),
+        events_per_sec: per_sec(events),
+        samples,
+    }
 }
 
 fn side(samples: &[Sample], readout: bool) -> Side {
@@ -465,7 +488,34 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sampl
         }
     };
     let stats = sh.store.stats();
-    let readout = side(&readout_w, true);
+    // Phases too short for percentiles report their overall rate (they printed 0 frag/s).
+    let totals = counters.snapshot();
+    let (readout_secs, collect_secs) = match cfg.mode {
+        Mode::FillDrain => (fill_end, elapsed - fill_end),
+        Mode::Parallel => (elapsed, elapsed),
+    };
+    let readout = if readout_w.len() >= MIN_SAMPLES {
+        side(&readout_w, true)
+    } else {
+        side_from_totals(
+            totals.readout_ops,
+            totals.readout_bytes,
+            0,
+            readout_secs,
+            readout_w.len(),
+        )
+    };
+    let collect = if collect_w.len() >= MIN_SAMPLES {
+        side(&collect_w, false)
+    } else {
+        side_from_totals(
+            totals.collect_ops,
+            totals.collect_bytes,
+            totals.collect_events,
+            collect_secs,
+            collect_w.len(),
+        )
+    };
     let report = Report {
         mode: cfg.mode,
         readout_threads: cfg.readout_threads,
@@ -479,7 +529,7 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sampl
         store_survives_power_cut: survives,
         sample_ms: cfg.sample_ms,
         readout,
-        collect: side(&collect_w, false),
+        collect,
         events_written: sh.events_written.load(Ordering::Relaxed),
         events_collected: sh.events_collected.load(Ordering::Relaxed),
         events_kept: sh.events_kept.load(Ordering::Relaxed),
@@ -488,11 +538,7 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sampl
         elapsed_secs: elapsed,
         limit_name: limit.name.clone(),
         limit_bytes_per_sec: limit.bytes_per_sec,
-        ratio: if limit.bytes_per_sec > 0.0 {
-            readout.bytes_per_sec / limit.bytes_per_sec
-        } else {
-            0.0
-        },
+        ratio: (limit.bytes_per_sec > 0.0).then(|| readout.bytes_per_sec / limit.bytes_per_sec),
     };
     Ok((report, samples))
 }
@@ -506,6 +552,21 @@ fn print_report(cfg: &Config, r: &Report) -> CliResult<()> {
         return Ok(());
     }
     let side_line = |name: &str, s: &Side, events: bool| {
+        if s.ops_per_sec_p1.is_nan() {
+            let mut line = format!(
+                "{name} {} frag/s, {}/s",
+                human_count(s.ops_per_sec),
+                human_bytes(s.bytes_per_sec)
+            );
+            if events {
+                line += &format!(", {} events/s", human_count(s.events_per_sec));
+            }
+            return line
+                + &format!(
+                    " [overall: {} samples of {} ms are too few for a median, p1 and p99]",
+                    s.samples, r.sample_ms
+                );
+        }
         let mut line = format!(
             "{name} {} frag/s (p1 {}, p99 {}), {}/s (p1 {}/s, p99 {}/s)",
             human_count(s.ops_per_sec),
@@ -538,12 +599,36 @@ fn print_report(cfg: &Config, r: &Report) -> CliResult<()> {
         "events:  {} written, {} collected ({} kept), integrity errors {}, late fragments {}, {:.2} s",
         r.events_written, r.events_collected, r.events_kept, r.integrity_errors, r.late_fragments, r.elapsed_secs
     );
-    println!(
-        "limit:   {}: {}/s",
-        r.limit_name,
-        human_bytes(r.limit_bytes_per_sec)
-    );
-    println!("ratio:   readout {:.3} of the limit", r.ratio);
+    for (who, s, what) in [
+        (
+            "readout",
+            &r.readout,
+            "wrote nothing (it waited for space, or for the CPU)",
+        ),
+        (
+            "collect",
+            &r.collect,
+            "took nothing (it waited for a complete event, or for the CPU)",
+        ),
+    ] {
+        if s.ops_per_sec_p1 == 0.0 && s.samples > 0 {
+            println!(
+                "note:    {who} p1 is 0: in at least 1% of the {} ms samples it {what}",
+                r.sample_ms
+            );
+        }
+    }
+    match r.ratio {
+        Some(ratio) => {
+            println!(
+                "limit:   {}: {}/s",
+                r.limit_name,
+                human_bytes(r.limit_bytes_per_sec)
+            );
+            println!("ratio:   readout {ratio:.3} of the limit");
+        }
+        None => println!("limit:   {}", r.limit_name),
+    }
     if cfg.csv.is_some() || cfg.plot.is_some() {
         // (paths printed by the caller)
     }
