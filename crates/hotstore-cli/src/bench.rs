@@ -97,7 +97,8 @@ pub struct Config {
     /// put: keys each thread keeps; past it each put removes the thread's oldest key (0: all).
     pub keep: u64,
     /// Create and pre-fault the whole capacity when the store is opened (before timing).
-    pub preallocate: bool,
+    /// `--preallocate`: bytes, or `util::PREALLOCATE_ALL` for all of the capacity.
+    pub preallocate: Option<u64>,
     /// put: the store tracks events (default policy) during the run.
     pub events: bool,
     /// Values at least this long go by direct I/O (`None`: the engine default).
@@ -340,7 +341,7 @@ fn fresh_store(
         .lanes(cfg.threads.max(default_lanes))
         .tier(TierSpec::new(".").capacity_bytes(capacity))
         .verify_on_read(cfg.verify_on_read)
-        .preallocate_bytes(if cfg.preallocate { capacity } else { 0 })
+        .preallocate_bytes(crate::util::preallocate_bytes(cfg.preallocate, capacity)?)
         .direct_io_min_value_bytes(
             cfg.direct_io_min
                 .map_or(hotstore::DIRECT_IO_MIN_VALUE_BYTES, |m| {

@@ -37,7 +37,8 @@ use util::{parse_secs, parse_size, parse_size_or_off, CliError, CliResult, EXIT_
 /// and benchmark a store.
 ///
 /// A store is a directory holding `hotstore.meta`, a lock file and segment files
-/// (`seg-NNNNNN.hss`). Sizes accept binary suffixes: 100, 10K or 10KiB, 1M or 1MiB, 2G or 2GiB.
+/// (`seg-NNNNNN.hss`). Sizes: 100, 10K or 10KiB (10240), 10KB (10000), and so on for M and G:
+/// KB, MB, GB are powers of 1000 everywhere, as in rates and `bench model`.
 ///
 /// Exit status: 0 on success; 1 if `verify` found damage; 2 on any error (bad arguments, no
 /// store, store locked by another process, I/O error). Errors are printed as `error: <message>`
@@ -65,9 +66,9 @@ enum Command {
 /// Benchmarks: the engine's own throughput, and the storage device under it.
 #[derive(Subcommand)]
 enum BenchCommand {
-    /// Embedded put throughput beside this machine's own limit (see `bench put --help`).
+    /// Embedded put throughput beside this machine's own limit (memcpy, or O_DIRECT on a disk).
     Put(BenchArgs),
-    /// Embedded get throughput beside memcpy bandwidth (see `bench get --help`).
+    /// Embedded get throughput beside memcpy bandwidth, in key order or at random.
     Get(BenchArgs),
     /// Index rebuild at open: --key-count values of --value-size, from summaries and by scan.
     Recovery(BenchArgs),
@@ -195,7 +196,7 @@ struct StressArgs {
     keys: usize,
     /// Segment file size for a new store (ignored for an existing one; the engine default is
     /// 64 MiB). 64 KiB ..= 2 GiB, a multiple of 4096.
-    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    #[arg(long, value_parser = util::parse_segment_size, value_name = "BYTES")]
     segment_size: Option<u64>,
     /// Bytes of segment files the store may hold (stored; replaces an earlier capacity).
     /// Default: unbounded for a new store, unchanged for an existing one.
@@ -260,7 +261,7 @@ struct BenchArgs {
     #[arg(long, value_enum, default_value = "seq")]
     order: bench::Order,
     /// Segment file size (default: the engine's, 64 MiB).
-    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    #[arg(long, value_parser = util::parse_segment_size, value_name = "BYTES")]
     segment_size: Option<u64>,
     /// Store capacity. Default: half the file system's free space, and on a memory file
     /// system at most a quarter of the available RAM, so a long put run on /dev/shm stops at
@@ -281,11 +282,13 @@ struct BenchArgs {
     /// large values the checksum, not the copy, bounds `get`).
     #[arg(long)]
     no_verify_on_read: bool,
-    /// Create and pre-fault segment files for the whole --capacity when the store is opened,
-    /// before anything is timed (a DAQ buffer is allocated at start-up). Without it, writes
-    /// into a fresh store also measure the kernel allocating and zeroing new file pages.
-    #[arg(long, requires = "capacity")]
-    preallocate: bool,
+    /// Create and pre-fault segment files when the store is opened, before anything is timed
+    /// (a DAQ buffer is allocated at start-up): BYTES of them, or without a value all of
+    /// --capacity. Without it, writes into a fresh store also measure the kernel allocating
+    /// and zeroing new file pages.
+    #[arg(long, requires = "capacity", num_args = 0..=1, default_missing_value = "all",
+          value_parser = util::parse_preallocate, value_name = "BYTES")]
+    preallocate: Option<u64>,
     /// put only: track events, as a store does once a consumer claims or a policy is set. Every
     /// put is then accounted to its event under the default policy (one fragment per event:
     /// each put makes a READY event). Without it the store is used as a plain key-value store

@@ -76,9 +76,11 @@ pub struct ServeArgs {
     /// [default: the stored capacity; as much as the file system has for a new store].
     #[arg(long, value_parser = parse_size)]
     capacity: Option<u64>,
-    /// Create and pre-fault this many bytes of segment files at start (e.g. 4GiB, at most
-    /// --capacity), so that writes never wait for page allocation [default: 0].
-    #[arg(long, value_parser = parse_size)]
+    /// Create and pre-fault segment files at start, so that writes never wait for page
+    /// allocation: BYTES of them (e.g. 4GiB, at most --capacity), or without a value all of
+    /// --capacity [default: none].
+    #[arg(long, num_args = 0..=1, default_missing_value = "all",
+          value_parser = crate::util::parse_preallocate, value_name = "BYTES")]
     preallocate: Option<u64>,
     /// Fragments that make an event complete (READY); 0: only EVENT.SEAL or the timeout
     /// [default: the store's stored policy; 1 for a new store]. Stored with the store.
@@ -109,15 +111,10 @@ fn config_from(a: ServeArgs) -> CliResult<ServerConfig> {
     macro_rules! set {
         ($($f:ident),*) => { $( if let Some(v) = a.$f { c.$f = v.into(); } )* };
     }
-    set!(
-        bind,
-        port,
-        max_clients,
-        threads,
-        timeout,
-        capacity,
-        preallocate
-    );
+    set!(bind, port, max_clients, threads, timeout, capacity);
+    if a.preallocate.is_some() {
+        c.preallocate = crate::util::preallocate_bytes(a.preallocate, c.capacity)?;
+    }
     if let Some(v) = a.unixsocket {
         c.unixsocket = Some(v);
     }

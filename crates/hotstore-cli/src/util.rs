@@ -123,8 +123,47 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Parses a byte count: a plain number, or one with a binary suffix `K`/`KiB`, `M`/`MiB`,
-/// `G`/`GiB` (all powers of 1024; `B` is accepted and ignored). `10KiB` = 10240.
+/// The value of `--preallocate [BYTES]`: a byte count, or [`PREALLOCATE_ALL`] for the flag
+/// without a value (the whole --capacity), the same on every command.
+pub fn parse_preallocate(s: &str) -> Result<u64, String> {
+    if s.trim().eq_ignore_ascii_case("all") {
+        return Ok(PREALLOCATE_ALL);
+    }
+    parse_size(s)
+}
+
+/// `--preallocate` given without a size: all of --capacity.
+pub const PREALLOCATE_ALL: u64 = u64::MAX;
+
+/// Bytes to preallocate for `--preallocate` (`None`: not given) within `capacity` (0:
+/// unbounded, where "all" has no meaning).
+pub fn preallocate_bytes(preallocate: Option<u64>, capacity: u64) -> Result<u64, CliError> {
+    match preallocate {
+        None => Ok(0),
+        Some(PREALLOCATE_ALL) if capacity == 0 => Err(CliError::Msg(
+            "--preallocate without a size preallocates all of --capacity: give --capacity, or a size (--preallocate 4GiB)".into(),
+        )),
+        Some(b) if capacity > 0 => Ok(b.min(capacity)),
+        Some(b) => Ok(b),
+    }
+}
+
+/// `--segment-size`: [`parse_size`] within the engine's bounds, checked here so the error
+/// names the option, not the engine's `segment_size_bytes`.
+pub fn parse_segment_size(s: &str) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    let (min, max) = (
+        hotstore::MIN_SEGMENT_SIZE as u64,
+        hotstore::MAX_SEGMENT_SIZE as u64,
+    );
+    if !(min..=max).contains(&n) || !n.is_multiple_of(4096) {
+        return Err(format!(
+            "{n} bytes is not a segment size: a multiple of 4 KiB (4096) from 64 KiB to 2 GiB, e.g. 1MiB or 64MiB"
+        ));
+    }
+    Ok(n)
+}
+
 /// [`parse_size`], or `off` for "never" (`u64::MAX`).
 pub fn parse_size_or_off(s: &str) -> Result<u64, String> {
     if s.trim().eq_ignore_ascii_case("off") {
@@ -133,6 +172,9 @@ pub fn parse_size_or_off(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
 
+/// Parses a byte count: a plain number, or one with a unit: `K`/`KiB`, `M`/`MiB`, `G`/`GiB`
+/// are powers of 1024 (`10KiB` = 10240), `KB`, `MB`, `GB` powers of 1000 (`10KB` = 10000), as
+/// in rates (`100MB/s`) and `bench model`; `B` alone is accepted and ignored.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
@@ -142,9 +184,12 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .map_err(|_| format!("`{s}` is not a byte count (e.g. 100, 10KiB, 1MiB)"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
         other => {
             return Err(format!(
                 "unknown size unit `{other}` in `{s}` (use K/KiB, M/MiB or G/GiB)"
@@ -221,6 +266,9 @@ mod tests {
         assert_eq!(parse_size("10k"), Ok(10 << 10));
         assert_eq!(parse_size("1 MiB"), Ok(1 << 20));
         assert_eq!(parse_size("2G"), Ok(2 << 30));
+        // KB, MB, GB are decimal, as in rates and `bench model` (10KB was 10240 here only).
+        assert_eq!(parse_size("10KB"), Ok(10_000));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
         assert!(parse_size("").is_err());
         assert!(parse_size("1.5M").is_err());
         assert!(parse_size("12parsecs").is_err());

@@ -1,4 +1,4 @@
-// Proves the `hotstore` commands do what their help says on real stores: inspect/verify/dump report what the library wrote, verify catches a flipped byte, stress logs exactly what it stored, bench prints its JSON fields, and bad input gives `error:` and a non-zero exit, never a panic.
+//! Proves the `hotstore` commands do what their help says on real stores: inspect/verify/dump report what the library wrote, verify catches a flipped byte, stress logs exactly what it stored, bench prints its JSON fields, and bad input gives `error:` and a non-zero exit, never a panic.
 
 use hotstore::{Durability, FragmentKey, Store};
 use serde_json::Value;
@@ -519,4 +519,53 @@ fn bench_dram_reports_bytes_per_key() {
         "{}",
         stderr(&o)
     );
+}
+
+/// The help and option findings of a newcomer's first hour (issue 14): each was misleading.
+#[test]
+fn options_mean_the_same_everywhere_and_errors_name_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    // `--segment-size 5000` named the engine's internal `segment_size_bytes`.
+    let o = hotstore(&[
+        "stress",
+        p(&tmp.path().join("s")),
+        "--duration",
+        "0.1",
+        "--ack-log",
+        p(&tmp.path().join("log")),
+        "--segment-size",
+        "5000",
+    ]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("--segment-size"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("segment_size_bytes"), "{}", stderr(&o));
+    assert!(
+        !tmp.path().join("s").exists(),
+        "a refused option created the store"
+    );
+    // `record export` usage read `--out <DIR> <DIR>`.
+    let o = hotstore(&["record", "export", "--help"]);
+    assert!(!stdout(&o).contains("<DIR> <DIR>"), "{}", stdout(&o));
+    // `bench put`'s one-line help pointed to itself.
+    let o = hotstore(&["bench", "--help"]);
+    assert!(
+        !stdout(&o).contains("see `bench put --help`"),
+        "{}",
+        stdout(&o)
+    );
+    // `--preallocate` is `[BYTES]` on every command: alone it means all of --capacity.
+    for cmd in [&["serve"][..], &["bench", "put"], &["record"]] {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let help = stdout(&hotstore(&args));
+        assert!(help.contains("--preallocate [<BYTES>]"), "{cmd:?}: {help}");
+    }
+    let o = hotstore(&[
+        "serve",
+        "--dir",
+        p(&tmp.path().join("srv")),
+        "--preallocate",
+    ]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("give --capacity"), "{}", stderr(&o));
 }

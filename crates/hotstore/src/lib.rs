@@ -45,6 +45,7 @@ pub use medium::Domain;
 pub use meta::{Meta, TierMeta, FORMAT_VERSION, META_FILE};
 pub use options::{
     Durability, RecoveryMode, StoreOptions, TierSpec, WriteOptions, DIRECT_IO_MIN_VALUE_BYTES,
+    MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE,
 };
 pub use record::MAX_VALUE_LEN;
 pub use recovery::RecoveryReport;

@@ -105,9 +105,11 @@ pub struct RunArgs {
     /// Store capacity (default: unbounded for a new store).
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     capacity: Option<u64>,
-    /// Create and pre-fault segment files for the whole --capacity at start.
-    #[arg(long, requires = "capacity")]
-    preallocate: bool,
+    /// Create and pre-fault segment files at start: BYTES of them, or without a value all of
+    /// --capacity.
+    #[arg(long, requires = "capacity", num_args = 0..=1, default_missing_value = "all",
+          value_parser = crate::util::parse_preallocate, value_name = "BYTES")]
+    preallocate: Option<u64>,
     /// Skip measuring the device's bandwidth (no ratio in the summary).
     #[arg(long)]
     no_limit: bool,
@@ -146,12 +148,13 @@ struct VerifyArgs {
 #[derive(Args)]
 struct ExportArgs {
     /// Store directory.
+    #[arg(value_name = "STORE")]
     dir: PathBuf,
     /// Recording id.
-    #[arg(long)]
+    #[arg(long, value_name = "ID")]
     recording: u32,
     /// Output directory (created if missing).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "OUT_DIR")]
     out: PathBuf,
 }
 

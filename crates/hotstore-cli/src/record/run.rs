@@ -136,7 +136,7 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
     if let Some(c) = a.capacity {
         builder = builder
             .tier(TierSpec::new(".").capacity_bytes(c))
-            .preallocate_bytes(if a.preallocate { c } else { 0 });
+            .preallocate_bytes(crate::util::preallocate_bytes(a.preallocate, c)?);
     }
     let store = Arc::new(builder.open()?);
     for t in store.stats().tiers.iter().filter(|t| !t.survives_power_cut) {
