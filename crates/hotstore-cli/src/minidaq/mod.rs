@@ -215,14 +215,21 @@ pub fn run(cfg: &Config) -> CliResult<bool> {
             }
             if let Some(png) = &cfg.plot {
                 let title = format!(
-                    "hotstore minidaq {:?}: {} RO, {} CL, {} x {}",
+                    "hotstore minidaq {:?}: {} readout + {} collector thread(s), events of {} x {}",
                     cfg.mode,
                     cfg.readout_threads,
                     cfg.collector_threads,
                     cfg.detectors,
                     human_bytes(cfg.fragment_size as f64)
                 );
-                plot::plot_timeline(png, &title, &samples)
+                let marks = plot::TimelineMarks {
+                    readout_median_ops: report.readout.ops_per_sec,
+                    readout_median_bytes: report.readout.bytes_per_sec,
+                    limit: report
+                        .ratio
+                        .map(|_| (limit.name.clone(), limit.bytes_per_sec)),
+                };
+                plot::plot_timeline(png, &title, &samples, &marks)
                     .map_err(|e| CliError::Msg(e.to_string()))?;
                 if !cfg.json {
                     println!("plot:    {}", png.display());
@@ -255,7 +262,10 @@ fn measure_limit(cfg: &Config) -> CliResult<limits::Limit> {
 
 fn sweep(cfg: &Config, sizes: &[u64]) -> CliResult<bool> {
     let limit = measure_limit(cfg)?;
-    let label = format!("L-{}RO-{}CL", cfg.readout_threads, cfg.collector_threads);
+    let label = format!(
+        "{} readout + {} collector",
+        cfg.readout_threads, cfg.collector_threads
+    );
     let mut points = Vec::new();
     let mut reports = Vec::new();
     let mut intact = true;

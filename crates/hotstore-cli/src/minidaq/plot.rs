@@ -291,7 +291,27 @@ impl TimelineLine {
 ///
 /// Samples with `interval_secs == 0` are ignored; if none remain, returns
 /// [`PlotError::NoData`].
-pub fn plot_timeline(path: &Path, title: &str, samples: &[Sample]) -> Result<(), PlotError> {
+/// The headline figures drawn across a timeline as dashed lines: the readout medians the
+/// text reports, and the machine's limit (name, bytes/s) where it was measured.
+#[derive(Debug, Clone, Default)]
+pub struct TimelineMarks {
+    /// Median readout fragments/s.
+    pub readout_median_ops: f64,
+    /// Median readout bytes/s.
+    pub readout_median_bytes: f64,
+    /// The limit the ratio is taken against.
+    pub limit: Option<(String, f64)>,
+}
+
+/// Bytes per GiB: the plots use the binary units of the text report.
+const GIB: f64 = (1u64 << 30) as f64;
+
+pub fn plot_timeline(
+    path: &Path,
+    title: &str,
+    samples: &[Sample],
+    marks: &TimelineMarks,
+) -> Result<(), PlotError> {
     let samples: Vec<Sample> = samples
         .iter()
         .filter(|s| s.interval_secs > 0.0)
@@ -350,11 +370,37 @@ pub fn plot_timeline(path: &Path, title: &str, samples: &[Sample]) -> Result<(),
             Sample::collect_ops_per_sec,
         ),
     ];
-    timeline_panel(&top, x_range.clone(), "fragments/s", &ops, &labels, |v| {
-        si(*v)
-    })?;
+    let ops_marks = [HLine {
+        label: format!("readout median {}/s", si(marks.readout_median_ops)),
+        value: marks.readout_median_ops,
+        color: READOUT_COLOR,
+    }];
+    timeline_panel(
+        &top,
+        x_range.clone(),
+        "fragments/s",
+        &ops,
+        &labels,
+        &ops_marks,
+        |v| si(*v),
+    )?;
 
-    let gbps = |f: fn(&Sample) -> f64| move |s: &Sample| f(s) / 1e9;
+    let mut bytes_marks = vec![HLine {
+        label: format!(
+            "readout median {} GiB/s",
+            trim_num(marks.readout_median_bytes / GIB)
+        ),
+        value: marks.readout_median_bytes / GIB,
+        color: READOUT_COLOR,
+    }];
+    if let Some((name, limit)) = &marks.limit {
+        bytes_marks.push(HLine {
+            label: format!("limit: {name}, {} GiB/s", trim_num(limit / GIB)),
+            value: limit / GIB,
+            color: BLACK,
+        });
+    }
+    let gbps = |f: fn(&Sample) -> f64| move |s: &Sample| f(s) / GIB;
     let bytes = [
         TimelineLine::new(
             "readout",
@@ -371,18 +417,35 @@ pub fn plot_timeline(path: &Path, title: &str, samples: &[Sample]) -> Result<(),
             gbps(Sample::collect_bytes_per_sec),
         ),
     ];
-    timeline_panel(&bottom, x_range, "GB/s", &bytes, &labels, |v| trim_num(*v))?;
+    timeline_panel(
+        &bottom,
+        x_range,
+        "GiB/s",
+        &bytes,
+        &labels,
+        &bytes_marks,
+        |v| trim_num(*v),
+    )?;
 
     write_png(&root, path)
 }
 
-/// Draws one timeline panel. `labels` = (bin line suffix, raw line suffix).
+/// A dashed horizontal line across a panel, with its legend entry.
+struct HLine {
+    label: String,
+    value: f64,
+    color: RGBColor,
+}
+
+/// Draws one timeline panel. `labels` = (bin line suffix, raw line suffix); `marks` are drawn
+/// as dashed horizontal lines.
 fn timeline_panel(
     area: &DrawingArea<BitMapBackend<'_>, Shift>,
     x_range: std::ops::Range<f64>,
     y_desc: &str,
     lines: &[TimelineLine],
     labels: &(String, String),
+    marks: &[HLine],
     y_fmt: impl Fn(&f64) -> String,
 ) -> Result<(), PlotError> {
     let y_max = lines
@@ -395,7 +458,13 @@ fn timeline_panel(
             bin_max.max(faint_p99)
         })
         .fold(0.0, f64::max);
-    let y_max = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
+    let y_max = marks
+        .iter()
+        .map(|m| m.value)
+        .filter(|v| v.is_finite())
+        .fold(y_max, f64::max);
+    // Headroom above the data for the legend (it covered the lines at the top).
+    let y_max = if y_max > 0.0 { y_max * 1.75 } else { 1.0 };
 
     let mut chart = ChartBuilder::on(area)
         .margin(10)
@@ -429,9 +498,26 @@ fn timeline_panel(
             .label(format!("{} ({})", l.name, labels.0))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + LEGEND_LINE, y)], style));
     }
+    let x_span = chart.x_range();
+    for m in marks
+        .iter()
+        .filter(|m| m.value.is_finite() && m.value > 0.0)
+    {
+        let style = m.color.stroke_width(1);
+        let dashes = DashedLineSeries::new(
+            [(x_span.start, m.value), (x_span.end, m.value)],
+            8,
+            6,
+            style,
+        );
+        chart
+            .draw_series(dashes)?
+            .label(m.label.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + LEGEND_LINE, y)], style));
+    }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.5))
         .legend_area_size(LEGEND_AREA)
@@ -453,7 +539,7 @@ pub struct SweepPoint {
     pub collect_ops_per_sec: f64,
     /// Collected payload bytes per second.
     pub collect_bytes_per_sec: f64,
-    /// Series this point belongs to, e.g. "L-1RO-1CL" (DAQDB legend style).
+    /// Series this point belongs to, e.g. "1 readout + 1 collector".
     pub label: String,
 }
 
@@ -746,7 +832,10 @@ mod tests {
     /// Two configurations over fragment sizes 100 B .. 100 KB.
     fn synthetic_sweep() -> Vec<SweepPoint> {
         let mut points = Vec::new();
-        for (label, scale) in [("L-1RO-1CL", 1.0), ("L-2RO-2CL", 1.7)] {
+        for (label, scale) in [
+            ("1 readout + 1 collector", 1.0),
+            ("2 readout + 2 collector", 1.7),
+        ] {
             for size in [100u64, 1000, 10_000, 100_000] {
                 // Op-bound for small fragments, bandwidth-bound for big ones.
                 let ops = scale / (1.0 / 3e6 + size as f64 / 6e9);
@@ -767,7 +856,13 @@ mod tests {
     #[test]
     fn timeline_png() {
         let path = temp_png("timeline.png");
-        plot_timeline(&path, "minidaq test", &synthetic_samples()).unwrap();
+        plot_timeline(
+            &path,
+            "minidaq test",
+            &synthetic_samples(),
+            &TimelineMarks::default(),
+        )
+        .unwrap();
         assert_png(&path);
     }
 
@@ -775,7 +870,7 @@ mod tests {
     fn timeline_single_sample() {
         let path = temp_png("timeline1.png");
         let s = synthetic_samples()[100];
-        plot_timeline(&path, "one sample", &[s]).unwrap();
+        plot_timeline(&path, "one sample", &[s], &TimelineMarks::default()).unwrap();
         assert_png(&path);
     }
 
@@ -799,7 +894,7 @@ mod tests {
     #[test]
     fn empty_inputs_are_errors() {
         let path = temp_png("never-written.png");
-        let err = plot_timeline(&path, "t", &[]).unwrap_err();
+        let err = plot_timeline(&path, "t", &[], &TimelineMarks::default()).unwrap_err();
         assert!(matches!(err, PlotError::NoData(_)), "{err:?}");
         assert!(err.to_string().starts_with("nothing to plot"), "{err}");
 
@@ -808,7 +903,7 @@ mod tests {
             ..Sample::default()
         };
         assert!(matches!(
-            plot_timeline(&path, "t", &[zero]),
+            plot_timeline(&path, "t", &[zero], &TimelineMarks::default()),
             Err(PlotError::NoData(_))
         ));
 
@@ -825,7 +920,8 @@ mod tests {
     #[test]
     fn unwritable_path_is_an_error() {
         let path = Path::new("/nonexistent-dir/x/plot.png");
-        let err = plot_timeline(path, "t", &synthetic_samples()).unwrap_err();
+        let err =
+            plot_timeline(path, "t", &synthetic_samples(), &TimelineMarks::default()).unwrap_err();
         assert!(matches!(err, PlotError::Drawing(_)), "{err:?}");
         eprintln!("unwritable path: {err}");
     }

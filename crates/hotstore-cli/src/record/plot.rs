@@ -1,5 +1,6 @@
-//! `record --plot`: input rate, output rate and DRAM backlog over time, with the backlog model
-//! (input - output) x time from each trigger and the configured bound (DUNE Fig. 6).
+//! `record --plot`: input, stored and dropped rates and the DRAM backlog over time, with the
+//! backlog model (input - output) x time from each trigger, the configured bound and the
+//! triggers (DUNE Fig. 6). Binary units (MiB), as in the text summary.
 
 use crate::minidaq::plot::{ensure_font, write_png, PlotError, PALETTE};
 use hotstore_recorder::Sample;
@@ -12,18 +13,51 @@ const OUT_COLOR: RGBColor = PALETTE[1];
 const BACKLOG_COLOR: RGBColor = PALETTE[2];
 const MODEL_COLOR: RGBColor = PALETTE[7];
 const BOUND_COLOR: RGBColor = PALETTE[3];
+const DROP_COLOR: RGBColor = RGBColor(200, 0, 0);
+const MIB: f64 = (1u64 << 20) as f64;
 
-/// Rates in MB/s between consecutive samples, smoothed over `bin` samples.
-fn rates(samples: &[Sample], bin: usize, f: impl Fn(&Sample) -> u64) -> Vec<(f64, f64)> {
+/// Rates in MiB/s between consecutive samples, smoothed over `bin` samples.
+fn rates(samples: &[Sample], bin: usize, f: impl Fn(&Sample) -> f64) -> Vec<(f64, f64)> {
     samples
         .windows(bin + 1)
         .step_by(bin)
         .map(|w| {
             let (a, b) = (&w[0], &w[bin]);
             let dt = (b.t_secs - a.t_secs).max(1e-9);
-            (b.t_secs, (f(b) - f(a)) as f64 / dt / 1e6)
+            (b.t_secs, (f(b) - f(a)).max(0.0) / dt / MIB)
         })
         .collect()
+}
+
+/// Bytes of the frames dropped so far, at the mean frame size offered so far.
+fn dropped_bytes(s: &Sample) -> f64 {
+    if s.frames_in == 0 {
+        return 0.0;
+    }
+    s.frames_dropped as f64 * (s.bytes_in as f64 / s.frames_in as f64)
+}
+
+/// Vertical lines at the triggers, the first one in the legend.
+fn draw_triggers<DB: DrawingBackend>(
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    triggers: &[f64],
+    y_max: f64,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let style = BLACK.mix(0.5).stroke_width(2);
+    for (i, &t) in triggers.iter().enumerate() {
+        let drawn =
+            chart.draw_series(DashedLineSeries::new([(t, 0.0), (t, y_max)], 6, 4, style))?;
+        if i == 0 {
+            drawn
+                .label("trigger")
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 25, y)], style));
+        }
+    }
+    Ok(())
 }
 
 /// Draws the chart.
@@ -44,11 +78,14 @@ pub fn plot(
     let (top, bottom) = root.split_vertically(400);
     let t_max = samples.last().map_or(1.0, |s| s.t_secs).max(0.1);
     let bin = 4;
-    let input = rates(samples, bin, |s| s.bytes_in);
-    let output = rates(samples, bin, |s| s.bytes_out);
-    let y_max = input.iter().chain(&output).map(|p| p.1).fold(1.0, f64::max) * 1.15;
+    let input = rates(samples, bin, |s| s.bytes_in as f64);
+    let output = rates(samples, bin, |s| s.bytes_out as f64);
+    let dropped = rates(samples, bin, dropped_bytes);
+    let any_drops = samples.last().is_some_and(|s| s.frames_dropped > 0);
+    // Headroom above the lines for the legend.
+    let y_max = input.iter().chain(&output).map(|p| p.1).fold(1.0, f64::max) * 1.5;
     let mut chart = ChartBuilder::on(&top)
-        .caption("recorder: input and output rate", (FONT, 20))
+        .caption("recorder: input, stored and dropped rate", (FONT, 20))
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(70)
@@ -56,7 +93,8 @@ pub fn plot(
     chart
         .configure_mesh()
         .x_desc("time [s]")
-        .y_desc("MB/s")
+        .y_desc("MiB/s")
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
         .draw()?;
@@ -68,6 +106,13 @@ pub fn plot(
         .draw_series(LineSeries::new(output, OUT_COLOR.stroke_width(2)))?
         .label("stored")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 25, y)], OUT_COLOR.stroke_width(2)));
+    if any_drops {
+        chart
+            .draw_series(LineSeries::new(dropped, DROP_COLOR.stroke_width(2)))?
+            .label("dropped (DRAM bound reached)")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 25, y)], DROP_COLOR.stroke_width(2)));
+    }
+    draw_triggers(&mut chart, triggers, y_max)?;
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
@@ -76,9 +121,9 @@ pub fn plot(
         .label_font((FONT, 14))
         .draw()?;
 
-    let mb = |b: f64| b / 1e6;
+    let mb = |b: f64| b / MIB;
     let peak = samples.iter().map(|s| s.backlog_bytes).max().unwrap_or(0) as f64;
-    let y_max = mb(peak.max(bound as f64 * 0.2)).max(mb(bound as f64).min(mb(peak) * 2.0)) * 1.15;
+    let y_max = mb(peak.max(bound as f64 * 0.2)).max(mb(bound as f64).min(mb(peak) * 2.0)) * 1.5;
     let mut chart = ChartBuilder::on(&bottom)
         .caption(
             "DRAM backlog: measured, model (input - output) x t, bound",
@@ -91,7 +136,8 @@ pub fn plot(
     chart
         .configure_mesh()
         .x_desc("time [s]")
-        .y_desc("MB")
+        .y_desc("MiB")
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
         .draw()?;
@@ -133,12 +179,7 @@ pub fn plot(
             .label("DRAM bound")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 25, y)], BOUND_COLOR.stroke_width(1)));
     }
-    for &t in triggers {
-        chart.draw_series(LineSeries::new(
-            [(t, 0.0), (t, y_max)],
-            BLACK.mix(0.4).stroke_width(1),
-        ))?;
-    }
+    draw_triggers(&mut chart, triggers, y_max)?;
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
