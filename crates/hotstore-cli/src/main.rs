@@ -400,6 +400,18 @@ struct MinidaqArgs {
     /// Log every acknowledged operation (put, removed, kept) to this file, for crash tests.
     #[arg(long, value_name = "FILE")]
     ack_log: Option<PathBuf>,
+    /// Load a hotstore server (`hotstore serve`) instead of an embedded store: every readout
+    /// and collector thread is a connection (FRAG.PUT, EVENT.NEXT, EVENT.ACK), with the same
+    /// samples, report and plot as a local run. The server must complete events at
+    /// --detectors fragments (`serve --expected-fragments N`), or at EVENT.SEAL only (0: then
+    /// readout seals each event). --capacity bounds a fill-drain's fill here too.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "store")]
+    remote: Option<String>,
+    /// With --remote: requests in flight per connection (puts per pipeline, events claimed per
+    /// round trip).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096),
+          requires = "remote")]
+    window: u32,
 }
 
 fn parse_sweep(s: &str) -> CliResult<Vec<u64>> {
@@ -462,6 +474,8 @@ fn run(cli: Cli) -> CliResult<ExitCode> {
                 sweep: a.sweep.as_deref().map(parse_sweep).transpose()?,
                 ack_log: a.ack_log,
                 measure_limit: !a.no_limit,
+                remote: a.remote,
+                window: a.window as usize,
             })?;
             if !ok {
                 return Ok(ExitCode::from(util::EXIT_DAMAGE));

@@ -158,3 +158,108 @@ fn short_phases_report_their_overall_rate_and_no_limit_prints_no_ratio() {
         "{text}"
     );
 }
+
+/// A `hotstore serve` on a free loopback port; stopped (SIGTERM) when dropped.
+struct Server {
+    child: std::process::Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(expected_fragments: &str) -> Server {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hotstore"))
+            .args(["serve", "--port", "0", "--durability", "memory"])
+            .args(["--expected-fragments", expected_fragments])
+            .arg("--dir")
+            .arg(dir.path().join("store"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Blocks until the server says where it listens (or ends: then the test fails).
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let addr = stdout
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| {
+                l.strip_prefix("hotstore: listening on ")
+                    .map(|a| a.trim().to_string())
+            })
+            .expect("the server printed no `listening on` line");
+        Server {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Safety: kill(2) on our own child's pid; no memory is involved.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+/// `minidaq --remote` runs the same workload over the Redis protocol: every event written is
+/// claimed, checked and removed, with the same JSON report; a server whose events complete at
+/// another fragment count is refused with what to do.
+#[test]
+fn remote_run_loads_a_server_with_the_same_report() {
+    let server = Server::start("3");
+    let out = minidaq(&[
+        "--remote",
+        &server.addr,
+        "--mode",
+        "fill-drain",
+        "--events",
+        "500",
+        "--detectors",
+        "3",
+        "--fragment-size",
+        "1KiB",
+        "--durability",
+        "memory",
+        "--window",
+        "8",
+        "--no-limit",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["events_written"], 500, "{j}");
+    assert_eq!(j["events_collected"], 500, "{j}");
+    assert_eq!(j["integrity_errors"], 0, "{j}");
+    assert!(
+        j["store"].as_str().unwrap().contains("remote hotstore at"),
+        "{j}"
+    );
+    assert!(j["readout"]["ops_per_sec"].as_f64().unwrap() > 0.0, "{j}");
+
+    // Sealing instead of counting: a server that completes events only on EVENT.SEAL.
+    let sealing = Server::start("0");
+    let out = minidaq(&[
+        "--remote",
+        &sealing.addr,
+        "--events",
+        "200",
+        "--durability",
+        "memory",
+        "--no-limit",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["events_collected"], 200, "{j}");
+    assert_eq!(j["integrity_errors"], 0, "{j}");
+
+    // 4 fragments per event (the default) against a server completing events at 3.
+    let out = minidaq(&["--remote", &server.addr, "--events", "10", "--no-limit"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--expected-fragments 4"), "{err}");
+}

@@ -184,6 +184,14 @@ impl Pipeline {
         self.ends.is_empty()
     }
 
+    /// Queues a copy of command `i` of `other` (to resend the commands that failed, such as
+    /// puts answered FULL). Panics if `i >= other.len()`, as indexing does.
+    pub fn push_from(&mut self, other: &Pipeline, i: usize) -> &mut Self {
+        self.buf.extend_from_slice(other.packed(i, i + 1));
+        self.ends.push(self.buf.len());
+        self
+    }
+
     /// Removes every command, keeping the memory.
     pub fn clear(&mut self) {
         self.buf.clear();

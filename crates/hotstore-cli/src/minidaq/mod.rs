@@ -6,6 +6,7 @@
 //! ramp-up, beside the machine's write limit (memcpy for a memory file system).
 
 pub mod plot;
+mod remote;
 pub mod sampling;
 pub mod workload;
 
@@ -20,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use workload::{Distro, Pattern, Shared};
+use workload::{Distro, Pattern, Shared, Target};
 
 /// Fill-drain or parallel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -58,6 +59,10 @@ pub struct Config {
     pub sweep: Option<Vec<u64>>,
     pub ack_log: Option<PathBuf>,
     pub measure_limit: bool,
+    /// `--remote HOST:PORT`: load this server instead of an embedded store.
+    pub remote: Option<String>,
+    /// `--window`: requests in flight per connection of a remote run.
+    pub window: usize,
 }
 
 /// Throughput of one side.
@@ -346,11 +351,64 @@ fn open_store(cfg: &Config) -> CliResult<(Option<ScratchDir>, Store)> {
 }
 
 /// One run with a fresh sampler; returns the report and the samples.
-fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sample>)> {
-    let (_tmp, store) = open_store(cfg)?;
+/// The target of a run: the store it opened (and the temporary directory holding it), or the
+/// server of `--remote`; with its description, whether it survives a power cut, and the run
+/// number to use.
+fn open_target(cfg: &Config) -> CliResult<(Option<ScratchDir>, Target, String, bool, u32)> {
+    // A store that already holds data gets a run number of its own, so no event of this run
+    // was acknowledged before.
+    let fresh_run = (cfg.seed as u32 ^ std::process::id()).max(2);
+    if let Some(addr) = &cfg.remote {
+        let mut probe = remote::RemoteTarget {
+            addr: addr.clone(),
+            window: cfg.window,
+            seal: false,
+        };
+        let stats = probe
+            .connect()
+            .and_then(|mut c| c.store_stats().map_err(|e| format!("STORE.STATS: {e}")))
+            .map_err(CliError::Msg)?;
+        let int = |name: &str| match stats.get(name) {
+            Some(hotstore_client::StatValue::Int(v)) => Some(*v),
+            _ => None,
+        };
+        // Events must become READY with their last fragment: the server's policy expects
+        // --detectors fragments, or only sealed events are complete and readout seals.
+        match int("expected_fragments") {
+            Some(0) => probe.seal = true,
+            Some(n) if n == i64::from(cfg.detectors) => {}
+            Some(n) => {
+                return Err(CliError::Msg(format!(
+                    "the server at {addr} completes events at {n} fragment(s); minidaq writes \
+                     {} per event (--detectors): start it with --expected-fragments {} (or 0, \
+                     and minidaq seals each event)",
+                    cfg.detectors, cfg.detectors
+                )))
+            }
+            None => {
+                return Err(CliError::Msg(format!(
+                    "the server at {addr} does not say what completes an event \
+                     (STORE.STATS expected_fragments): is it a hotstore server of this version?"
+                )))
+            }
+        }
+        let tiers = int("tiers").unwrap_or(0);
+        let survives = tiers > 0 && int("power_safe_tiers") == Some(tiers);
+        let desc = format!(
+            "remote hotstore at {addr}, {} requests in flight per connection ({})",
+            cfg.window,
+            if survives {
+                "its tiers survive a power cut"
+            } else {
+                "NOT every tier survives a power cut"
+            }
+        );
+        return Ok((None, Target::Remote(probe), desc, survives, fresh_run));
+    }
+    let (tmp, store) = open_store(cfg)?;
     let s = store.stats();
     let survives = s.tiers.iter().all(|t| t.survives_power_cut);
-    let store_desc = format!(
+    let desc = format!(
         "{} ({})",
         store.dir().display(),
         s.tiers
@@ -359,13 +417,16 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sampl
             .unwrap_or_default()
     );
     store.set_event_policy(EventPolicy::expecting(u32::from(cfg.detectors)))?;
-    // A store that already holds data (--store) gets a run number of its own, so no event of
-    // this run was acknowledged before.
     let run = if s.entries == 0 && s.events.acked_intervals == 0 {
         1
     } else {
-        (cfg.seed as u32 ^ std::process::id()).max(2)
+        fresh_run
     };
+    Ok((tmp, Target::Local(store), desc, survives, run))
+}
+
+fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sample>)> {
+    let (_tmp, target, store_desc, survives, run) = open_target(cfg)?;
     let ack_log = match &cfg.ack_log {
         Some(p) => Some(
             workload::AckLog::open(p)
@@ -381,7 +442,7 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sampl
     };
     let counters = Arc::new(Counters::new());
     let sh = Arc::new(Shared {
-        store,
+        target,
         counters: counters.clone(),
         pattern: Pattern::new(max_len),
         run,
@@ -411,7 +472,10 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sampl
             let sh = sh.clone();
             let (size, distro, seed, n) =
                 (cfg.fragment_size, cfg.distro, cfg.seed, cfg.readout_threads);
-            std::thread::spawn(move || workload::readout(&sh, i, n, size, distro, seed))
+            std::thread::spawn(move || match &sh.target {
+                Target::Local(store) => workload::readout(&sh, store, i, n, size, distro, seed),
+                Target::Remote(t) => remote::readout(&sh, t, i, n, size, distro, seed),
+            })
         })
         .collect();
     let spawn_collectors = |sh: &Arc<Shared>| -> Vec<std::thread::JoinHandle<()>> {
@@ -419,7 +483,10 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sampl
             .map(|i| {
                 let sh = sh.clone();
                 let seed = cfg.seed;
-                std::thread::spawn(move || workload::collect(&sh, i, seed))
+                std::thread::spawn(move || match &sh.target {
+                    Target::Local(store) => workload::collect(&sh, store, i, seed),
+                    Target::Remote(t) => remote::collect(&sh, t, i, seed),
+                })
             })
             .collect()
     };
@@ -497,7 +564,18 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sampl
             (w.clone(), w)
         }
     };
-    let stats = sh.store.stats();
+    let late_fragments = match &sh.target {
+        Target::Local(store) => store.stats().events.late_fragments_total,
+        Target::Remote(t) => t
+            .connect()
+            .and_then(|mut c| c.store_stats().map_err(|e| e.to_string()))
+            .ok()
+            .and_then(|s| match s.get("late_fragments") {
+                Some(hotstore_client::StatValue::Int(v)) => u64::try_from(*v).ok(),
+                _ => None,
+            })
+            .unwrap_or(0),
+    };
     // Phases too short for percentiles report their overall rate (they printed 0 frag/s).
     let totals = counters.snapshot();
     let (readout_secs, collect_secs) = match cfg.mode {
@@ -544,7 +622,7 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sampl
         events_collected: sh.events_collected.load(Ordering::Relaxed),
         events_kept: sh.events_kept.load(Ordering::Relaxed),
         integrity_errors: sh.integrity_errors.load(Ordering::Relaxed),
-        late_fragments: stats.events.late_fragments_total,
+        late_fragments,
         elapsed_secs: elapsed,
         limit_name: limit.name.clone(),
         limit_bytes_per_sec: limit.bytes_per_sec,

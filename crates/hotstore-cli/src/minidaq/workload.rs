@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 const PATTERN_WINDOW: usize = 1 << 20;
 /// Counters are published every this many fragments (a shared atomic per fragment would cost
 /// more than a 100-byte put).
-const PUBLISH_EVERY: u64 = 32;
+pub(super) const PUBLISH_EVERY: u64 = 32;
 /// A put into a full store waits this long for collectors to free space before failing.
 pub const FULL_WAIT: Duration = Duration::from_secs(10);
 /// One step of that wait (the run's end is noticed between steps).
@@ -166,7 +166,8 @@ impl AckLog {
 
 /// What all threads of one run share.
 pub struct Shared {
-    pub store: Store,
+    /// The embedded store, or the server of `--remote`.
+    pub target: Target,
     pub counters: Arc<Counters>,
     pub pattern: Pattern,
     pub run: u32,
@@ -195,14 +196,22 @@ pub struct Shared {
     pub error: parking_lot::Mutex<Option<String>>,
 }
 
+/// Where the threads of a run read and write.
+pub enum Target {
+    /// The embedded store (the default).
+    Local(Store),
+    /// A hotstore server (`--remote`).
+    Remote(super::remote::RemoteTarget),
+}
+
 impl Shared {
-    fn fail(&self, msg: String) {
+    pub(super) fn fail(&self, msg: String) {
         self.error.lock().get_or_insert(msg);
         self.stop_readout.store(true, Ordering::Release);
         self.stop_collect.store(true, Ordering::Release);
     }
 
-    fn log(&self, line: AckLine) {
+    pub(super) fn log(&self, line: AckLine) {
         if let Some(log) = &self.ack_log {
             if let Err(e) = log.append_line(&line) {
                 self.fail(e.to_string());
@@ -212,7 +221,15 @@ impl Shared {
 }
 
 /// Readout thread `index` of `threads`.
-pub fn readout(sh: &Shared, index: usize, threads: usize, mean: u64, distro: Distro, seed: u64) {
+pub fn readout(
+    sh: &Shared,
+    store: &Store,
+    index: usize,
+    threads: usize,
+    mean: u64,
+    distro: Distro,
+    seed: u64,
+) {
     let mut sizes = Sizes::new(mean, distro, seed ^ index as u64);
     let (mut ops, mut bytes) = (0u64, 0u64);
     let mut event = index as u64;
@@ -232,7 +249,7 @@ pub fn readout(sh: &Shared, index: usize, threads: usize, mean: u64, distro: Dis
             // run ended waited FULL_WAIT for collectors that had stopped, then failed the run.
             let waited_from = Instant::now();
             let mut slot = loop {
-                match sh.store.reserve_with(&key, len, Some(FULL_WAIT_STEP)) {
+                match store.reserve_with(&key, len, Some(FULL_WAIT_STEP)) {
                     Ok(s) => break s,
                     Err(e) if e.is_full() && sh.stop_readout.load(Ordering::Acquire) => {
                         break 'events;
@@ -270,16 +287,13 @@ pub fn readout(sh: &Shared, index: usize, threads: usize, mean: u64, distro: Dis
 }
 
 /// Collector thread `index`.
-pub fn collect(sh: &Shared, index: usize, seed: u64) {
+pub fn collect(sh: &Shared, store: &Store, index: usize, seed: u64) {
     let name = format!("collector-{index}");
     let mut rng = StdRng::seed_from_u64(seed ^ (index as u64) << 32);
     let (mut frags, mut bytes, mut events) = (0u64, 0u64, 0u64);
     while !sh.stop_collect.load(Ordering::Relaxed) {
         let readout_done = sh.readout_running.load(Ordering::Acquire) == 0;
-        let claim = match sh
-            .store
-            .next_event_wait(&name, sh.lease, Duration::from_millis(20))
-        {
+        let claim = match store.next_event_wait(&name, sh.lease, Duration::from_millis(20)) {
             Ok(Some(c)) => c,
             Ok(None) => {
                 // Done once readout is and nothing more became READY.

@@ -366,7 +366,7 @@ pub fn store_stats(ctx: &mut Ctx, _args: &Args) -> CmdResult {
         ("sync_waits", w.sync.count),
         ("sync_wait_ns", w.sync.total_ns),
     ];
-    ctx.out.map(pairs.len() + 2);
+    ctx.out.map(pairs.len() + 3);
     for (k, v) in pairs {
         ctx.out.bulk(k.as_bytes());
         ctx.out.int(v as i64);
@@ -375,5 +375,11 @@ pub fn store_stats(ctx: &mut Ctx, _args: &Args) -> CmdResult {
     ctx.out.int(power_safe as i64);
     ctx.out.bulk(b"tiers");
     ctx.out.int(s.tiers.len() as i64);
+    // What makes an event complete (0: only EVENT.SEAL or the timeout): a remote producer
+    // (minidaq --remote) checks it matches its fragments per event.
+    ctx.out.bulk(b"expected_fragments");
+    ctx.out.int(i64::from(
+        ctx.shared.store.event_policy(None).expected_fragments,
+    ));
     Ok(Flow::Continue)
 }
