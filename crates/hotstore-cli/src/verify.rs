@@ -2,7 +2,7 @@
 //! without trusting summaries. Damage is listed as `file:offset`; torn tails are notes.
 
 use crate::util::{human_bytes, short_path, CliResult, Out, EXIT_DAMAGE};
-use hotstore::verify::{verify_dir, Damage, VerifyReport};
+use hotstore::{verify_dir, Damage, VerifyReport};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -1,7 +1,7 @@
 //! Recorder end to end: generator -> recording -> verify, trigger extension and queueing, and
 //! back-pressure on a throttled medium (backlog as modelled, drops counted exactly).
 
-use hotstore::medium::FaultMedium;
+use hotstore::testing::FaultMedium;
 use hotstore::Store;
 use hotstore_recorder::source::generator::frame_ts;
 use hotstore_recorder::source::{run_generator, GeneratorConfig};

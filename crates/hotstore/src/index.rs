@@ -121,7 +121,7 @@ pub struct Loc {
     pub seg: Arc<Segment>,
     /// Record offset in the segment.
     pub offset: u32,
-    /// Value length ([`TOMBSTONE_LEN`] for a tombstone during recovery).
+    /// Value length (`TOMBSTONE_LEN` for a tombstone during recovery).
     pub value_len: u32,
     /// Sequence number of the record: the newest wins.
     pub lsn: u64,
@@ -157,7 +157,7 @@ impl<E> std::ops::DerefMut for ShardMap<E> {
 /// One shard.
 pub type Shard<E = ()> = RwLock<ShardMap<E>>;
 
-/// The sharded index (`E`: per-shard state of the layer above, see [`ShardMap`]).
+/// The sharded index (`E`: per-shard state of the layer above, see `ShardMap`).
 pub struct Index<E = ()> {
     shards: Box<[Shard<E>]>,
     prefix_len: usize,

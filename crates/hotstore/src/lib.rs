@@ -17,32 +17,33 @@
 //! See `docs/design.md` for the on-disk formats and the durability protocol.
 #![deny(missing_docs)]
 
-pub mod checksum;
+mod checksum;
 mod commit;
 mod error;
-pub mod events;
-pub mod index;
+mod events;
+mod index;
 mod key;
 mod maintenance;
-pub mod medium;
+mod medium;
 mod meta;
 mod options;
-pub mod record;
-pub mod recovery;
-pub mod segment;
+mod record;
+mod recovery;
+mod segment;
 mod stats;
 mod store;
-pub mod summary;
+mod summary;
 mod tier;
-pub mod verify;
+mod verify;
 
 pub use error::{Error, Result};
 pub use events::{
     Ack, Claim, ClaimToken, EventCounts, EventId, EventInfo, EventPolicy, EventState,
+    MAX_EXPECTED_FRAGMENTS,
 };
 pub use key::{FragmentKey, KeyField, KeyLayout, MAX_KEY_LEN};
 pub use medium::Domain;
-pub use meta::{Meta, TierMeta, FORMAT_VERSION, META_FILE};
+pub use meta::{FORMAT_VERSION, META_FILE};
 pub use options::{
     Durability, RecoveryMode, StoreOptions, TierSpec, WriteOptions, DIRECT_IO_MIN_VALUE_BYTES,
     MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE,
@@ -51,3 +52,26 @@ pub use record::MAX_VALUE_LEN;
 pub use recovery::RecoveryReport;
 pub use stats::{Stats, TierStats, Wait, Waits};
 pub use store::{Reservation, Store, MAX_VALUE_PARTS};
+pub use verify::{verify_dir, Damage, VerifyReport};
+
+/// Not part of the API: raw internals that the workspace's own tests need and no user should
+/// call, hidden from the documentation and free to change with any release.
+///
+/// - Fault injection: [`FaultMedium`](testing::FaultMedium) keeps only what was persisted and
+///   fails on demand; tests plug it in with the hidden `StoreOptions::media` option, which
+///   takes the [`Medium`](testing::Medium) / [`Region`](testing::Region) I/O traits.
+/// - On-disk format: the damage and crash tests corrupt records, segment headers and
+///   summaries byte by byte, so they need the record header length, the record kinds, the
+///   segment header, the summary entries and the recovery scan that reads them.
+/// - Index sizing: `tests/index_memory.rs` measures the DRAM per index entry directly.
+///
+/// Everything else stays private to the crate.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::index::{Index, IndexKey, Loc};
+    pub use crate::medium::{FaultConfig, FaultMedium, Medium, Region};
+    pub use crate::record::{Kind as RecordKind, HEADER_LEN as RECORD_HEADER_LEN};
+    pub use crate::recovery::{scan, Scan};
+    pub use crate::segment::{Segment, SegmentHeader, SEGMENT_HEADER_LEN};
+    pub use crate::summary::Entry as SummaryEntry;
+}

@@ -140,6 +140,8 @@ pub struct StoreOptions {
     /// store path is [`Error::NotADirectory`](crate::Error::NotADirectory) either way.
     pub create_if_missing: bool,
     /// Media to use instead of the tier directories (tests: fault injection). One per tier.
+    /// Hidden: a test hook taking the crate's internal I/O traits (`hotstore::testing`).
+    #[doc(hidden)]
     pub media: Option<Vec<Arc<dyn Medium>>>,
     /// At open, create and pre-fault segment files for this many bytes (rounded up to whole
     /// segments, bounded by the first tier's capacity) so that writes never pay for page
@@ -228,7 +230,9 @@ impl StoreOptions {
         self.create_if_missing = on;
         self
     }
-    /// Uses these media instead of directories (one per tier).
+    /// Uses these media instead of directories (one per tier). Hidden: a test hook (fault
+    /// injection) taking the crate's internal I/O traits (`hotstore::testing`).
+    #[doc(hidden)]
     pub fn media(mut self, media: Vec<Arc<dyn Medium>>) -> Self {
         self.media = Some(media);
         self

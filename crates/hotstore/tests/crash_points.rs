@@ -1,6 +1,6 @@
 //! Proves that no power cut (clean or torn), kill -9 or failing persist loses an acknowledged Persisted write or removal, or revives an older state.
 
-use hotstore::medium::FaultMedium;
+use hotstore::testing::FaultMedium;
 use hotstore::{Durability, Error, FragmentKey, RecoveryMode, Store};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;

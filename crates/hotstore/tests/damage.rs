@@ -1,10 +1,9 @@
 //! Proves that recovery keeps exactly the intact prefix of a torn tail, refuses (Strict) or skips exactly (Salvage) damage, survives bad summaries and headers, and never panics.
 
-use hotstore::medium::{FaultMedium, Medium};
-use hotstore::record::HEADER_LEN;
-use hotstore::recovery::scan;
-use hotstore::segment::SegmentHeader;
-use hotstore::summary::Entry;
+use hotstore::testing::{
+    scan, FaultMedium, Medium, RecordKind, SegmentHeader, SummaryEntry as Entry,
+    RECORD_HEADER_LEN as HEADER_LEN,
+};
 use hotstore::{Durability, Error, FragmentKey, RecoveryMode, Store};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -65,8 +64,8 @@ impl Tail {
                 continue;
             }
             match e.kind {
-                hotstore::record::Kind::Put => m.insert(e.key.to_vec(), self.value(i)),
-                hotstore::record::Kind::Tombstone => m.remove(&*e.key),
+                RecordKind::Put => m.insert(e.key.to_vec(), self.value(i)),
+                RecordKind::Tombstone => m.remove(&*e.key),
                 // This test writes no event records.
                 _ => None,
             };

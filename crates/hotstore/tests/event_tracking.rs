@@ -2,7 +2,7 @@
 
 mod common;
 
-use hotstore::medium::FaultMedium;
+use hotstore::testing::FaultMedium;
 use hotstore::{Ack, Durability, EventId, EventPolicy, FragmentKey, Store};
 use std::time::Duration;
 

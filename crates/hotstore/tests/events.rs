@@ -2,7 +2,7 @@
 
 mod common;
 
-use hotstore::medium::FaultMedium;
+use hotstore::testing::FaultMedium;
 use hotstore::{Ack, Durability, Error, EventId, EventPolicy, EventState, FragmentKey, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 //! Proves that a full device, tier or tmpfs answers StoreFull and loses nothing, and that removals work when full and make room again, also for a waiting writer.
 
-use hotstore::medium::FaultMedium;
+use hotstore::testing::FaultMedium;
 use hotstore::{Durability, Error, FragmentKey, Store, TierSpec, WriteOptions};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;

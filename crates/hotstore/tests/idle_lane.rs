@@ -4,7 +4,7 @@
 mod common;
 
 use common::open_two_lanes as open;
-use hotstore::medium::FaultMedium;
+use hotstore::testing::FaultMedium;
 use hotstore::Durability;
 use std::time::{Duration, Instant};
 

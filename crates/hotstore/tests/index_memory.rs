@@ -1,9 +1,7 @@
 //! Measures the DRAM the index takes per entry (16-byte DAQ keys, sequential and random
 //! insertion) with a counting allocator, and fails if it exceeds the documented bound.
 
-use hotstore::index::{Index, IndexKey, Loc};
-use hotstore::medium::{FaultMedium, Medium};
-use hotstore::segment::Segment;
+use hotstore::testing::{FaultMedium, Index, IndexKey, Loc, Medium, Segment};
 use hotstore::FragmentKey;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

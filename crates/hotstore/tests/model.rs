@@ -1,6 +1,6 @@
 //! Proves that random put/remove/get/range/reserve/flush/reopen/kill -9/power-cut/failed-persist sequences on a rolling, recycling store match a BTreeMap model.
 
-use hotstore::medium::FaultMedium;
+use hotstore::testing::FaultMedium;
 use hotstore::{Durability, FragmentKey, Store};
 use proptest::prelude::*;
 use std::collections::BTreeMap;

@@ -5,7 +5,7 @@
 mod common;
 
 use common::open_two_lanes as open;
-use hotstore::medium::{FaultMedium, Medium};
+use hotstore::testing::{FaultMedium, Medium};
 use hotstore::{Durability, Store};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};

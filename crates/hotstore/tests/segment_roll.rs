@@ -2,7 +2,7 @@
 
 mod common;
 
-use hotstore::medium::FaultMedium;
+use hotstore::testing::FaultMedium;
 use hotstore::{Durability, FragmentKey};
 use std::sync::atomic::Ordering;
 
@@ -12,8 +12,7 @@ fn key(n: u64) -> [u8; 16] {
 
 #[test]
 fn rolling_to_a_new_segment_does_not_persist() {
-    use hotstore::medium::Medium;
-    use hotstore::segment::{Segment, SEGMENT_HEADER_LEN};
+    use hotstore::testing::{Medium, Segment, SEGMENT_HEADER_LEN};
     let m = FaultMedium::new("roll");
     let region = m.create_region("seg", 1 << 20).unwrap();
     // As the write path makes one at a roll: end past the header, nothing synced.

@@ -8,7 +8,7 @@ mod file;
 mod flush;
 
 pub use fault::{FaultConfig, FaultMedium};
-pub use file::{detect_domain, probe_map_sync, FileMedium};
+pub use file::{detect_domain, FileMedium};
 
 use crate::error::Result;
 use serde::{Deserialize, Serialize};
@@ -150,7 +150,7 @@ pub trait Region: Send + Sync {
         Ok(())
     }
     /// [`Region::write_parts`] of a large record (`bulk`), with the 4 KiB-aligned interior of
-    /// the range written by direct I/O where the medium supports it (see [`direct`]); returns
+    /// the range written by direct I/O where the medium supports it (see `direct`); returns
     /// whether it did. The default, and the fallback, is the bulk write.
     ///
     /// # Safety

@@ -1,6 +1,6 @@
 //! Helpers shared by the engine's integration tests.
 
-use hotstore::medium::{FaultMedium, Medium};
+use hotstore::testing::{FaultMedium, Medium};
 use hotstore::Store;
 use std::sync::Arc;
 
