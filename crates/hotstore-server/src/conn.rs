@@ -12,9 +12,9 @@
 
 use crate::commands::{self, Args, Ctx, Flow, WaitEvent};
 use crate::resp::{parse_request, Parsed, Reply};
+use crate::session::ConnState;
 use crate::shared::{ClientInfo, Shared, BASE_BUFFER, BUDGET_UNIT};
 use bytes::{Buf, BytesMut};
-use hotstore::ClaimToken;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,32 +26,6 @@ use tokio::sync::OwnedSemaphorePermit;
 const FLUSH_AT: usize = 64 << 10;
 /// A blocking EVENT.NEXT waits in slices this long, checking for shutdown between them.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
-
-/// Per-connection state that commands see.
-pub struct ConnState {
-    /// Registry entry (id, name, addresses).
-    pub info: Arc<ClientInfo>,
-    /// Speaks RESP3.
-    pub resp3: bool,
-    /// Passed AUTH (or no password is set).
-    pub authenticated: bool,
-    /// A `Persisted` write was made since the last sync.
-    pub needs_sync: bool,
-    /// Claims taken by this connection and not yet settled, by token text, with the end of
-    /// their lease (an expired one is dropped from the map when the next claim is taken).
-    pub claims: HashMap<String, (ClaimToken, Instant)>,
-}
-
-impl ConnState {
-    /// The consumer name recorded with claims.
-    pub fn consumer(&self) -> String {
-        self.info
-            .name
-            .lock()
-            .clone()
-            .unwrap_or_else(|| format!("client-{}", self.info.id))
-    }
-}
 
 /// Serves one connection until it closes, the client quits or the server stops.
 pub async fn serve<S>(shared: Arc<Shared>, mut stream: S, info: Arc<ClientInfo>)

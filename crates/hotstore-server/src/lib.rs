@@ -7,8 +7,10 @@
 //! and concurrent `Persisted` writes share one sync (group commit).
 //!
 //! Modules: [`resp`] (parser and encoder), `commands` (table and handlers), `conn` (one
-//! connection's loop, back-pressure, durability before replies), `sync` (group commit),
-//! [`metrics`] (Prometheus), `server` (listeners, start and stop), [`config`].
+//! connection's loop, back-pressure, durability before replies), `session` (the connection
+//! state commands see), `shared` (state of all connections), `sync` (group commit),
+//! [`metrics`] (Prometheus; told the command names and figures, it imports no other module),
+//! `server` (listeners, start and stop), [`config`]. No two modules import each other.
 
 pub mod commands;
 pub mod config;
@@ -19,6 +21,7 @@ pub mod metrics;
 pub mod record;
 pub mod resp;
 mod server;
+mod session;
 mod shared;
 mod sync;
 

@@ -1,20 +1,21 @@
 //! Metrics: counters and latency histograms kept on the hot path (one atomic add and one
 //! histogram observation per command, handles resolved at start), rendered in the Prometheus
 //! text format by `prometheus-client` and served over plain HTTP on `--metrics-port`.
+//!
+//! Depends on no other module of the server: the command names, the figures read at a scrape
+//! and the page to serve are handed in by the caller.
 
-use crate::commands::COMMANDS;
-use crate::shared::Shared;
+use hotstore::Stats;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CommandLabel {
@@ -74,15 +75,11 @@ pub struct Metrics {
     wait_ns: Family<WaitLabel, Counter>,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Metrics {
-    /// Registers every metric.
-    pub fn new() -> Self {
+    /// Registers every metric; `commands` are the command names in the order of the indexes
+    /// [`Metrics::command`] is given (the command table's).
+    pub fn new<'a>(commands: impl IntoIterator<Item = &'a str>) -> Self {
+        let commands: Vec<&str> = commands.into_iter().collect();
         let mut registry = Registry::with_prefix("hotstore");
         let calls_family = Family::<CommandLabel, Counter>::default();
         let latency_family = Family::<CommandLabel, Histogram>::new_with_constructor(|| {
@@ -93,13 +90,13 @@ impl Metrics {
         let label = |n: &str| CommandLabel {
             command: n.to_string(),
         };
-        let calls = COMMANDS
+        let calls = commands
             .iter()
-            .map(|s| calls_family.get_or_create(&label(s.name)).clone())
+            .map(|name| calls_family.get_or_create(&label(name)).clone())
             .collect();
-        let latency = COMMANDS
+        let latency = commands
             .iter()
-            .map(|s| latency_family.get_or_create(&label(s.name)).clone())
+            .map(|name| latency_family.get_or_create(&label(name)).clone())
             .collect();
         let errors = ERROR_KINDS
             .iter()
@@ -220,9 +217,10 @@ impl Metrics {
         self.errors.iter().map(Counter::get).sum()
     }
 
-    /// The Prometheus text exposition of every metric, with store gauges read now.
-    pub fn render(&self, shared: &Shared) -> String {
-        let st = shared.store.stats();
+    /// The Prometheus text exposition of every metric, with the store gauges set from `st` (the
+    /// store's statistics read now) and the client gauges from `connected` clients and
+    /// `rejected` connections.
+    pub fn render(&self, st: &Stats, connected: usize, rejected: u64) -> String {
         let values = [
             st.entries,
             st.live_bytes,
@@ -255,20 +253,21 @@ impl Metrics {
             let ns = self.wait_ns.get_or_create(&label);
             ns.inc_by(wait.total_ns.saturating_sub(ns.get()));
         }
-        self.connected
-            .set(shared.clients.connected.load(Ordering::Relaxed) as i64);
-        self.rejected
-            .set(shared.clients.rejected.load(Ordering::Relaxed) as i64);
+        self.connected.set(connected as i64);
+        self.rejected.set(rejected as i64);
         let mut text = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
     }
 }
 
-/// Serves `GET /metrics` (and `/`) until the server stops: HTTP/1.0-style, one request per
-/// connection, which is what Prometheus and curl need.
-pub async fn serve_http(listener: TcpListener, shared: Arc<Shared>) {
-    let mut stop = shared.shutdown.subscribe();
+/// Serves `GET /metrics` (and `/`) until `stop` turns true: HTTP/1.0-style, one request per
+/// connection, which is what Prometheus and curl need. `page` renders the body of each answer
+/// (the server's [`Metrics::render`] with its figures read then).
+pub async fn serve_http<P>(listener: TcpListener, mut stop: watch::Receiver<bool>, page: P)
+where
+    P: Fn() -> String + Clone + Send + 'static,
+{
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -279,7 +278,7 @@ pub async fn serve_http(listener: TcpListener, shared: Arc<Shared>) {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let shared = shared.clone();
+        let page = page.clone();
         tokio::spawn(async move {
             let mut req = Vec::with_capacity(1024);
             let mut buf = [0u8; 1024];
@@ -302,7 +301,7 @@ pub async fn serve_http(listener: TcpListener, shared: Arc<Shared>) {
             let path = line.split_whitespace().nth(1).unwrap_or("");
             let (status, body) = if line.starts_with("GET ") && (path == "/metrics" || path == "/")
             {
-                ("200 OK", shared.metrics.render(&shared))
+                ("200 OK", page())
             } else {
                 ("404 Not Found", "not found: try GET /metrics\n".to_string())
             };

@@ -2,6 +2,7 @@
 //! runtime, and stop gracefully (stop accepting, let in-flight requests finish and be
 //! answered, then close the store, which persists everything).
 
+use crate::commands;
 use crate::config::ServerConfig;
 use crate::conn;
 use crate::error::ServerError;
@@ -106,7 +107,7 @@ pub fn spawn_on(
     };
     let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
 
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(commands::COMMANDS.iter().map(|c| c.name));
     let sync = GroupSync::start(
         store.clone(),
         metrics.syncs.clone(),
@@ -143,7 +144,12 @@ pub fn spawn_on(
         None => None,
     };
     if let Some(l) = metrics_listener {
-        runtime.spawn(metrics::serve_http(l, shared.clone()));
+        let s = shared.clone();
+        runtime.spawn(metrics::serve_http(
+            l,
+            shared.shutdown.subscribe(),
+            move || s.metrics_page(),
+        ));
     }
     drop(_entered);
     Ok(ServerHandle {

@@ -63,6 +63,16 @@ impl Shared {
     pub fn stopping(&self) -> bool {
         *self.shutdown.borrow()
     }
+
+    /// The metrics page (Prometheus text), with the store's and the clients' figures read now.
+    pub fn metrics_page(&self) -> String {
+        let stats = self.store.stats();
+        self.metrics.render(
+            &stats,
+            self.clients.connected.load(Ordering::Relaxed),
+            self.clients.rejected.load(Ordering::Relaxed),
+        )
+    }
 }
 
 /// One connected client, as CLIENT LIST shows it.

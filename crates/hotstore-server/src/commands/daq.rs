@@ -3,9 +3,9 @@
 
 use super::standard::wrote;
 use super::{durability_option, Args, CmdResult, Ctx, Flow, WaitEvent};
-use crate::conn::ConnState;
 use crate::error::reply_error;
 use crate::resp::Reply;
+use crate::session::ConnState;
 use crate::shared::Shared;
 use hotstore::{Ack, Claim, ClaimToken, Durability, EventId, EventState, KeyLayout};
 use std::time::{Duration, Instant};

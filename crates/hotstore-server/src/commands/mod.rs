@@ -10,8 +10,8 @@ mod standard;
 
 pub use daq::write_claim;
 
-use crate::conn::ConnState;
 use crate::resp::Reply;
+use crate::session::ConnState;
 use crate::shared::Shared;
 use std::ops::Range;
 use std::time::{Duration, Instant};

@@ -1,0 +1,34 @@
+//! The state of one connection that commands see: `conn` owns it, `commands` reads and
+//! changes it. Its own module so that neither of the two imports the other for it.
+
+use crate::shared::ClientInfo;
+use hotstore::ClaimToken;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Per-connection state that commands see.
+pub struct ConnState {
+    /// Registry entry (id, name, addresses).
+    pub info: Arc<ClientInfo>,
+    /// Speaks RESP3.
+    pub resp3: bool,
+    /// Passed AUTH (or no password is set).
+    pub authenticated: bool,
+    /// A `Persisted` write was made since the last sync.
+    pub needs_sync: bool,
+    /// Claims taken by this connection and not yet settled, by token text, with the end of
+    /// their lease (an expired one is dropped from the map when the next claim is taken).
+    pub claims: HashMap<String, (ClaimToken, Instant)>,
+}
+
+impl ConnState {
+    /// The consumer name recorded with claims.
+    pub fn consumer(&self) -> String {
+        self.info
+            .name
+            .lock()
+            .clone()
+            .unwrap_or_else(|| format!("client-{}", self.info.id))
+    }
+}
