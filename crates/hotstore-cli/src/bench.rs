@@ -6,19 +6,17 @@
 //! cache line; the controller lets them warm up for [`WARMUP`], reads the counts, waits for the
 //! duration (or until a writer finds the store full), reads them again and stops the threads.
 
+use crate::bench_harness::{key, measure, temp_dir_in, value_buffer, Window, WARMUP};
 use crate::limits::{self, Limit};
 use crate::scratch::ScratchDir;
 use crate::util::{fail, human_bytes, human_count, CliResult, Out};
-use hotstore::{Domain, Durability, FragmentKey, Store, StoreOptions, TierSpec, MAX_VALUE_LEN};
+use hotstore::{Domain, Durability, Store, StoreOptions, TierSpec, MAX_VALUE_LEN};
 use serde::Serialize;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-/// Excluded from the figures: lets caches, segment pools and CPU clocks settle.
-pub const WARMUP: Duration = Duration::from_millis(300);
 /// Duration of each limit measurement run (the median of 3 is taken).
 const LIMIT_RUN: Duration = Duration::from_millis(500);
 /// Data `get` populates by default.
@@ -244,89 +242,6 @@ fn auto_capacity(dir: &Path, segment_size: u64) -> CliResult<u64> {
     Ok(cap)
 }
 
-/// A counter on its own cache lines.
-#[repr(align(128))]
-#[derive(Default)]
-struct Counter(AtomicU64);
-
-/// Shared between the controller and the threads of one measurement.
-#[derive(Default)]
-pub(crate) struct Flags {
-    pub(crate) stop: AtomicBool,
-    pub(crate) full: AtomicBool,
-    failed: AtomicBool,
-    error: Mutex<Option<String>>,
-}
-
-impl Flags {
-    pub(crate) fn fail(&self, msg: String) {
-        if let Ok(mut e) = self.error.lock() {
-            e.get_or_insert(msg);
-        }
-        self.failed.store(true, Ordering::Release);
-    }
-}
-
-/// Ops and seconds in the measured window.
-pub(crate) struct Window {
-    pub(crate) ops: u64,
-    pub(crate) secs: f64,
-    pub(crate) stopped_full: bool,
-}
-
-/// Runs `work(thread, counter, flags)` on `threads` threads: warm-up, then the window.
-/// `work` loops until `flags.stop`, storing its running op count in `counter` after each op.
-pub(crate) fn measure<F>(threads: usize, duration: Duration, work: F) -> CliResult<Window>
-where
-    F: Fn(usize, &AtomicU64, &Flags) + Sync,
-{
-    let counters: Vec<Counter> = (0..threads).map(|_| Counter::default()).collect();
-    let flags = Flags::default();
-    let sum = |c: &[Counter]| c.iter().map(|c| c.0.load(Ordering::Relaxed)).sum::<u64>();
-    let window = std::thread::scope(|scope| {
-        for (t, c) in counters.iter().enumerate() {
-            let (work, flags) = (&work, &flags);
-            scope.spawn(move || work(t, &c.0, flags));
-        }
-        let halted = || flags.full.load(Ordering::Acquire) || flags.failed.load(Ordering::Acquire);
-        let wait_until = |end: Instant| {
-            while !halted() {
-                let now = Instant::now();
-                if now >= end {
-                    break;
-                }
-                std::thread::sleep((end - now).min(Duration::from_millis(1)));
-            }
-        };
-        wait_until(Instant::now() + WARMUP);
-        let (c0, t0) = (sum(&counters), Instant::now());
-        let full_in_warmup = halted();
-        wait_until(t0 + duration);
-        let (c1, t1) = (sum(&counters), Instant::now());
-        flags.stop.store(true, Ordering::Release);
-        (c1 - c0, (t1 - t0).as_secs_f64(), full_in_warmup)
-    });
-    if let Some(msg) = flags.error.lock().ok().and_then(|mut e| e.take()) {
-        return fail(msg);
-    }
-    let (ops, secs, full_in_warmup) = window;
-    if full_in_warmup {
-        return fail(
-            "the store filled up during the warm-up: give a larger --capacity or a smaller value size",
-        );
-    }
-    Ok(Window {
-        ops,
-        secs,
-        stopped_full: flags.full.load(Ordering::Acquire),
-    })
-}
-
-/// A new temporary directory under `base`, removed when dropped or on SIGINT/SIGTERM.
-pub(crate) fn temp_dir_in(base: &Path) -> CliResult<ScratchDir> {
-    ScratchDir::new_in(base, "bench")
-}
-
 /// Opens a fresh store in a new temporary directory under `base`.
 fn fresh_store(
     base: &Path,
@@ -350,17 +265,6 @@ fn fresh_store(
         )
         .open()?;
     Ok((tmp, store))
-}
-
-pub(crate) fn key(run: usize, event: u64) -> [u8; 16] {
-    FragmentKey::new(run as u32, event, 0, 0).to_bytes()
-}
-
-/// A value of `len` non-trivial bytes.
-pub(crate) fn value_buffer(len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(151) ^ 0x5a)
-        .collect()
 }
 
 /// The first tier's domain and bulk write path.
@@ -536,7 +440,13 @@ pub fn run(cfg: &Config) -> CliResult<()> {
         None => std::env::temp_dir(),
     };
     if cfg.op == Op::Recovery {
-        return crate::bench_recovery::run(&base, cfg);
+        let params = crate::bench_recovery::Params {
+            key_count: cfg.key_count,
+            value_size: cfg.value_size,
+            segment_size: cfg.segment_size,
+            json: cfg.json,
+        };
+        return crate::bench_recovery::run(&base, &params);
     }
     let seg = cfg
         .segment_size

@@ -5,7 +5,7 @@
 //! not counted: they are the data, not the cost of indexing it. Three figures: puts with no
 //! event use, puts with events tracked, and the same store reopened (the index bulk-built).
 
-use crate::bench::{key, temp_dir_in};
+use crate::bench_harness::{key, temp_dir_in};
 use crate::util::{fail, human_bytes, CliResult, Out};
 use hotstore::{Durability, EventPolicy, Store};
 use serde::Serialize;

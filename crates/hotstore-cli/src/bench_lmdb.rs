@@ -4,7 +4,7 @@
 //! directory under the same `--dir`. Puts are measured with 1000 puts per write transaction
 //! ("batched") and with one ("single"); one writer thread, as LMDB allows one writer at a time.
 
-use crate::bench::{key, measure, value_buffer, Flags, Window};
+use crate::bench_harness::{key, measure, temp_dir_in, value_buffer, Flags, Window};
 use crate::util::{fail, CliResult};
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions};
@@ -29,7 +29,7 @@ fn lmdb_err(what: &str, e: heed::Error) -> crate::util::CliError {
 }
 
 fn open(base: &Path, map_bytes: u64) -> CliResult<Lmdb> {
-    let dir = crate::bench::temp_dir_in(base)?;
+    let dir = temp_dir_in(base)?;
     let mut opts = EnvOpenOptions::new();
     opts.map_size(usize::try_from(map_bytes).unwrap_or(usize::MAX))
         .max_dbs(1);

@@ -2,12 +2,25 @@
 //! closed cleanly, or whose segments were sealed before a crash) and by scanning every record
 //! (summaries removed: the worst case, as for tails open at a crash).
 
-use crate::bench::Config;
+use crate::bench_harness::temp_dir_in;
 use crate::util::{human_bytes, human_count, CliResult};
 use hotstore::{Durability, FragmentKey, Store};
 use serde::Serialize;
 use std::path::Path;
 use std::time::Instant;
+
+/// What to measure: the few settings of `hotstore bench` this mode reads (handed over by
+/// `bench`, so this module does not import it).
+pub struct Params {
+    /// Values to store (`--key-count`; `None`: 200 000).
+    pub key_count: Option<u64>,
+    /// Bytes per value (`--value-size`).
+    pub value_size: u64,
+    /// Segment size (`None`: the engine default).
+    pub segment_size: Option<u64>,
+    /// One JSON object instead of text.
+    pub json: bool,
+}
 
 #[derive(Serialize)]
 struct Pass {
@@ -50,9 +63,9 @@ fn open_timed(dir: &Path, mode: &'static str, data_bytes: u64) -> CliResult<Pass
 
 /// Fills a fresh store under `base` with `--key-count` values of `--value-size` bytes, closes
 /// it, and times two opens: with summaries, and with the summaries removed.
-pub fn run(base: &Path, cfg: &Config) -> CliResult<()> {
+pub fn run(base: &Path, cfg: &Params) -> CliResult<()> {
     let records = cfg.key_count.unwrap_or(200_000);
-    let tmp = crate::bench::temp_dir_in(base)?;
+    let tmp = temp_dir_in(base)?;
     let value = vec![0x5au8; cfg.value_size as usize];
     {
         let mut b = Store::builder(tmp.path());

@@ -12,6 +12,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod acklog;
 mod bench;
 mod bench_dram;
+mod bench_harness;
 mod bench_lmdb;
 mod bench_recovery;
 mod device;

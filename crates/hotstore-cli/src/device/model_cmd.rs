@@ -306,7 +306,7 @@ impl Measure {
         if !dir.is_dir() {
             return fail(format!("{}: not an existing directory", dir.display()));
         }
-        let tmp = crate::bench::temp_dir_in(dir)?;
+        let tmp = crate::bench_harness::temp_dir_in(dir)?;
         let err = |e: std::io::Error| CliError::Msg(format!("measuring {}: {e}", dir.display()));
         let fs = layout::probe(tmp.path()).map_err(err)?;
         let direct = fs

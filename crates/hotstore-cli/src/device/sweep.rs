@@ -113,7 +113,7 @@ pub(super) fn file_bytes(total: u64, threads: usize) -> u64 {
 
 /// Runs everything; the report lists every point, including skipped and failed ones.
 pub(super) fn run(cfg: &Config) -> CliResult<Report> {
-    let tmp = crate::bench::temp_dir_in(&cfg.path)?;
+    let tmp = crate::bench_harness::temp_dir_in(&cfg.path)?;
     let dir = tmp.path();
     let fs = layout::probe(dir).map_err(|e| {
         CliError::Msg(format!(
