@@ -34,8 +34,6 @@ pub enum Op {
     Put,
     /// Reads of existing keys.
     Get,
-    /// Index rebuild at open: --key-count values of --value-size, from summaries and by scan.
-    Recovery,
 }
 
 /// Key order of `get`.
@@ -429,25 +427,7 @@ pub fn run(cfg: &Config) -> CliResult<()> {
             cfg.value_size
         ));
     }
-    let base = match &cfg.dir {
-        Some(d) => {
-            if !d.is_dir() {
-                return fail(format!("{} is not a directory", d.display()));
-            }
-            d.clone()
-        }
-        None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
-        None => std::env::temp_dir(),
-    };
-    if cfg.op == Op::Recovery {
-        let params = crate::bench_recovery::Params {
-            key_count: cfg.key_count,
-            value_size: cfg.value_size,
-            segment_size: cfg.segment_size,
-            json: cfg.json,
-        };
-        return crate::bench_recovery::run(&base, &params);
-    }
+    let base = crate::bench_harness::base_dir(cfg.dir.as_deref())?;
     let seg = cfg
         .segment_size
         .unwrap_or(StoreOptions::new(&base).segment_size_bytes as u64);
@@ -459,8 +439,7 @@ pub fn run(cfg: &Config) -> CliResult<()> {
         eprintln!("measuring the machine's limit under {} ...", base.display());
     }
     let limit: Limit = match cfg.op {
-        // (Recovery returned above.)
-        Op::Put | Op::Recovery => limits::write_limit_for(&base, cfg.threads, LIMIT_RUN),
+        Op::Put => limits::write_limit_for(&base, cfg.threads, LIMIT_RUN),
         Op::Get => limits::memcpy_bandwidth(cfg.threads, MEMCPY_BUFFER_BYTES, LIMIT_RUN, 3),
     };
     let mut runs = Vec::with_capacity(cfg.repeat);
@@ -479,7 +458,7 @@ pub fn run(cfg: &Config) -> CliResult<()> {
         crate::bench_lmdb::check(cfg.threads)?;
     }
     match cfg.op {
-        Op::Put | Op::Recovery => {
+        Op::Put => {
             for _ in 0..cfg.repeat {
                 let (r, d) = put_run(&base, cfg, seg, cap)?;
                 domain = d;
@@ -615,7 +594,6 @@ fn print_human(out: &mut Out, r: &Report) -> CliResult<()> {
     let op = match r.op {
         Op::Put => "put",
         Op::Get => "get",
-        Op::Recovery => "recovery",
     };
     out.line(format_args!(
         "bench {op}: {} values ({} bytes), {} thread(s), durability {}, {:.1} s per run after {:.1} s warm-up",

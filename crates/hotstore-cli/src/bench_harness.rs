@@ -108,3 +108,14 @@ pub(crate) fn value_buffer(len: usize) -> Vec<u8> {
         .map(|i| (i as u8).wrapping_mul(151) ^ 0x5a)
         .collect()
 }
+
+/// Where a benchmark puts its temporary store: `--dir` (which must be a directory), else
+/// /dev/shm where there is one, else the system's temporary directory.
+pub(crate) fn base_dir(dir: Option<&Path>) -> CliResult<std::path::PathBuf> {
+    match dir {
+        Some(d) if !d.is_dir() => fail(format!("{} is not a directory", d.display())),
+        Some(d) => Ok(d.to_path_buf()),
+        None if Path::new("/dev/shm").is_dir() => Ok("/dev/shm".into()),
+        None => Ok(std::env::temp_dir()),
+    }
+}

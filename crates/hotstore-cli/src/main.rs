@@ -72,7 +72,7 @@ enum BenchCommand {
     /// Embedded get throughput beside memcpy bandwidth, in key order or at random.
     Get(BenchArgs),
     /// Index rebuild at open: --key-count values of --value-size, from summaries and by scan.
-    Recovery(BenchArgs),
+    Recovery(RecoveryArgs),
     /// DRAM per live key (index and event table), from the process's anonymous memory.
     Dram(bench_dram::DramArgs),
     Device(device::DeviceArgs),
@@ -307,6 +307,34 @@ struct BenchArgs {
     vs: Option<bench::Peer>,
 }
 
+/// Measure how fast an open rebuilds the index.
+///
+/// Fills a fresh store in a temporary directory under --dir with --key-count values of
+/// --value-size bytes (16-byte fragment keys), closes it, and times two opens: from the
+/// segment summaries (a clean close, or segments sealed before a crash) and by scanning every
+/// record (summaries removed: the worst case). Prints records/s and value bytes/s of each.
+#[derive(Args)]
+struct RecoveryArgs {
+    /// File system to measure: the store goes in a fresh temporary directory under it
+    /// (default /dev/shm, else the system temp dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Value size in bytes.
+    #[arg(long, default_value = "10KiB", value_parser = parse_size, value_name = "BYTES")]
+    value_size: u64,
+    /// Values to store (default 200000).
+    #[arg(long, value_name = "N")]
+    key_count: Option<u64>,
+    /// Segment file size (default: the engine's, 64 MiB).
+    #[arg(long, value_parser = util::parse_segment_size, value_name = "BYTES")]
+    segment_size: Option<u64>,
+    /// Print one JSON object (op, dir, value_size, records, data_bytes, passes with
+    /// open_secs, records_per_sec, data_bytes_per_sec, segments_from_summary,
+    /// segments_scanned).
+    #[arg(long)]
+    json: bool,
+}
+
 /// The DAQ benchmark: readout threads write events, collectors claim, check and acknowledge them.
 ///
 /// Readout threads write events of --detectors fragments (keys run, event, detector, 0) into
@@ -488,7 +516,18 @@ fn run(cli: Cli) -> CliResult<ExitCode> {
         Command::Bench(BenchCommand::Model(a)) => return device::run_model(a),
         Command::Bench(BenchCommand::Put(a)) => bench_run(bench::Op::Put, a)?,
         Command::Bench(BenchCommand::Get(a)) => bench_run(bench::Op::Get, a)?,
-        Command::Bench(BenchCommand::Recovery(a)) => bench_run(bench::Op::Recovery, a)?,
+        Command::Bench(BenchCommand::Recovery(a)) => {
+            let base = bench_harness::base_dir(a.dir.as_deref())?;
+            bench_recovery::run(
+                &base,
+                &bench_recovery::Params {
+                    key_count: a.key_count,
+                    value_size: a.value_size,
+                    segment_size: a.segment_size,
+                    json: a.json,
+                },
+            )?
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
