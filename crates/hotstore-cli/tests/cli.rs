@@ -560,6 +560,10 @@ fn options_mean_the_same_everywhere_and_errors_name_them() {
         let help = stdout(&hotstore(&args));
         assert!(help.contains("--preallocate [<BYTES>]"), "{cmd:?}: {help}");
     }
+    // `bench recovery` accepted (and ignored) the put/get options.
+    let o = hotstore(&["bench", "recovery", "--threads", "2"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--threads"), "{}", stderr(&o));
     let o = hotstore(&[
         "serve",
         "--dir",
