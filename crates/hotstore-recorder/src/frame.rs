@@ -100,7 +100,11 @@ fn frame_crc(frame: &[u8]) -> u32 {
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+    u64::from_le_bytes(
+        b[at..at + 8]
+            .try_into()
+            .expect("an 8-byte range is a [u8; 8]"),
+    )
 }
 
 /// The header of `frame` without checking its checksum, if it is a frame of this format.
@@ -121,11 +125,19 @@ pub fn peek(frame: &[u8]) -> Option<FrameHeader> {
 /// Checks `frame` completely: format, length and checksum.
 pub fn check(frame: &[u8]) -> Result<FrameHeader, FrameFault> {
     let h = peek(frame).ok_or(FrameFault::NotAFrame)?;
-    let len = u32::from_le_bytes(frame[24..28].try_into().expect("4 bytes")) as usize;
+    let len = u32::from_le_bytes(
+        frame[24..28]
+            .try_into()
+            .expect("a 4-byte range is a [u8; 4]"),
+    ) as usize;
     if len != frame.len() {
         return Err(FrameFault::BadLength);
     }
-    let stored = u32::from_le_bytes(frame[28..32].try_into().expect("4 bytes"));
+    let stored = u32::from_le_bytes(
+        frame[28..32]
+            .try_into()
+            .expect("a 4-byte range is a [u8; 4]"),
+    );
     if stored != frame_crc(frame) {
         return Err(FrameFault::BadChecksum);
     }

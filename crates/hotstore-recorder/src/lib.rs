@@ -1,10 +1,10 @@
 //! hotstore-recorder: trigger-driven recording of continuous streams into a hotstore store,
 //! as DUNE's supernova buffer does (design brief section 6).
 //!
-//! Readout pushes fixed-size frames per link into DRAM rings ([`Recorder::push`] or a built-in
+//! Readout pushes fixed-size frames per link into DRAM rings ([`RecorderHandle::push`] or a built-in
 //! [`source`]); a trigger ([`RecorderHandle::trigger`]) records `[T - pre, T + post)` of every
 //! link into the store as ordinary events (one event per time slice, one fragment per link per
-//! slice; see [`slice`]), durably, with a manifest per recording ([`manifest`]).
+//! slice; see [`slice`](mod@slice)), durably, with a manifest per recording ([`manifest`]).
 //! [`verify`] proves a recording has no gap and no corrupt frame; [`export`] writes it out.
 
 pub mod error;

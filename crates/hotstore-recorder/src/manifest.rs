@@ -119,7 +119,8 @@ pub fn write(store_dir: &Path, m: &Manifest) -> Result<()> {
     fs::create_dir_all(&dir).map_err(io("create", &dir))?;
     let path = path_of(store_dir, m.recording_id);
     let tmp = path.with_extension("json.tmp");
-    let body = serde_json::to_vec_pretty(m).expect("a manifest serialises");
+    let body = serde_json::to_vec_pretty(m)
+        .expect("a manifest holds only strings, numbers and lists: serialising cannot fail");
     let mut f = fs::File::create(&tmp).map_err(io("create", &tmp))?;
     f.write_all(&body).map_err(io("write", &tmp))?;
     f.sync_all().map_err(io("fsync", &tmp))?;

@@ -330,7 +330,7 @@ pub fn export(
                 }
             }
         }
-        let (w, n, path) = files.get_mut(&link).expect("inserted");
+        let (w, n, path) = files.get_mut(&link).expect("inserted above when missing");
         if let Err(e) = w.write_all(s.frames_bytes()) {
             err = Some(RecorderError::Io {
                 what: "write",

@@ -752,7 +752,9 @@ fn step(inner: &Inner, cur: &mut Cursor, stopping: bool) -> Result<bool> {
         drop(c);
         begin(cur, seq, idx);
     }
-    let idx = cur.rec.expect("active");
+    let idx = cur.rec.expect(
+        "the link has an active recording here: set by `begin` above, or checked by the caller",
+    );
     let rec = inner.control.lock().recordings[idx].clone();
     let head = ring.head();
     let until = head.min(cur.next + BATCH_FRAMES);
@@ -899,7 +901,9 @@ fn close_if_ended(
     p.slices.store(slices, Ordering::Release);
     p.frames.store(cur.frames, Ordering::Release);
     p.done.store(true, Ordering::SeqCst);
-    let idx = cur.rec.expect("active");
+    let idx = cur.rec.expect(
+        "the link has an active recording here: set by `begin` above, or checked by the caller",
+    );
     let mut c = inner.control.lock();
     if idx + 1 < c.recordings.len() {
         // A queued recording (its trigger found this link busy and left no handoff).

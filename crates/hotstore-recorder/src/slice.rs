@@ -206,8 +206,20 @@ impl<'a> Slice<'a> {
         if value.len() < SLICE_HEADER_LEN {
             return bad("shorter than a slice header");
         }
-        let u32_at = |at: usize| u32::from_le_bytes(value[at..at + 4].try_into().expect("4"));
-        let u64_at = |at: usize| u64::from_le_bytes(value[at..at + 8].try_into().expect("8"));
+        let u32_at = |at: usize| {
+            u32::from_le_bytes(
+                value[at..at + 4]
+                    .try_into()
+                    .expect("a 4-byte range is a [u8; 4]"),
+            )
+        };
+        let u64_at = |at: usize| {
+            u64::from_le_bytes(
+                value[at..at + 8]
+                    .try_into()
+                    .expect("an 8-byte range is a [u8; 8]"),
+            )
+        };
         if u32_at(0) != SLICE_MAGIC {
             return bad("not a slice (wrong magic)");
         }
@@ -240,7 +252,11 @@ impl<'a> Slice<'a> {
     /// Timestamp of frame `i`.
     pub fn ts(&self, i: usize) -> u64 {
         let at = SLICE_HEADER_LEN + 8 * i;
-        u64::from_le_bytes(self.value[at..at + 8].try_into().expect("8"))
+        u64::from_le_bytes(
+            self.value[at..at + 8]
+                .try_into()
+                .expect("an 8-byte range is a [u8; 8]"),
+        )
     }
 
     /// Frame `i`.

@@ -1,5 +1,6 @@
 //! Recorder end to end: generator -> recording -> verify, trigger extension and queueing, and
 //! back-pressure on a throttled medium (backlog as modelled, drops counted exactly).
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use hotstore::testing::FaultMedium;
 use hotstore::Store;

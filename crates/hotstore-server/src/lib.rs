@@ -9,16 +9,17 @@
 //! Modules: [`resp`] (parser and encoder), `commands` (table and handlers), `conn` (one
 //! connection's loop, back-pressure, durability before replies), `session` (the connection
 //! state commands see), `shared` (state of all connections), `sync` (group commit),
-//! [`metrics`] (Prometheus; told the command names and figures, it imports no other module),
-//! `server` (listeners, start and stop), [`config`]. No two modules import each other.
+//! `metrics` (Prometheus; told the command names and figures, it imports no other module),
+//! `server` (listeners, start and stop), `config`. No two modules import each other.
 
-pub mod commands;
-pub mod config;
+mod commands;
+mod config;
 mod conn;
-pub mod error;
-pub mod glob;
-pub mod metrics;
-pub mod record;
+mod error;
+mod glob;
+mod metrics;
+mod record;
+#[doc(hidden)] // the RESP codec: public for the fuzz target and the tests' raw clients only
 pub mod resp;
 mod server;
 mod session;

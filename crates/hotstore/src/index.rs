@@ -89,7 +89,11 @@ impl Ord for IndexKey {
         match (self, other) {
             (IndexKey::Inline { len: la, bytes: a }, IndexKey::Inline { len: lb, bytes: b }) => {
                 let word = |x: &[u8; INLINE_KEY_LEN], i: usize| {
-                    u64::from_be_bytes(x[i..i + 8].try_into().expect("8 bytes"))
+                    u64::from_be_bytes(
+                        x[i..i + 8]
+                            .try_into()
+                            .expect("an 8-byte range is a [u8; 8]"),
+                    )
                 };
                 let tail = |x: &[u8; INLINE_KEY_LEN]| {
                     let mut t = [0u8; 8];

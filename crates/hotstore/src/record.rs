@@ -222,7 +222,7 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, Invalid> {
     if value_len as u64 > MAX_VALUE_LEN || kind.fixed_value_len().is_some_and(|n| n != value_len) {
         return Err(Invalid::BadHeader("value length out of bounds"));
     }
-    let lsn = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
+    let lsn = u64::from_le_bytes(h[16..24].try_into().expect("an 8-byte range is a [u8; 8]"));
     let header = Header {
         kind,
         key_len,
@@ -240,7 +240,7 @@ pub fn decode(segment_id: u64, buf: &[u8]) -> Result<(Header, &[u8], &[u8]), Inv
     let header = parse_header(buf)?;
     let key = &buf[HEADER_LEN..HEADER_LEN + header.key_len];
     let value = &buf[HEADER_LEN + header.key_len..HEADER_LEN + header.key_len + header.value_len];
-    let stored = u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes"));
+    let stored = u32::from_le_bytes(buf[0..4].try_into().expect("a 4-byte range is a [u8; 4]"));
     if checksum(segment_id, &buf[4..HEADER_LEN], key, value) != stored {
         return Err(Invalid::BadChecksum);
     }
@@ -250,7 +250,11 @@ pub fn decode(segment_id: u64, buf: &[u8]) -> Result<(Header, &[u8], &[u8]), Inv
 /// Verifies the checksum of a record whose header was already parsed.
 pub fn verify(segment_id: u64, record: &[u8], header: &Header) -> bool {
     let key_end = HEADER_LEN + header.key_len;
-    let stored = u32::from_le_bytes(record[0..4].try_into().expect("4 bytes"));
+    let stored = u32::from_le_bytes(
+        record[0..4]
+            .try_into()
+            .expect("a 4-byte range is a [u8; 4]"),
+    );
     checksum(
         segment_id,
         &record[4..HEADER_LEN],

@@ -91,19 +91,27 @@ impl SegmentHeader {
         if b[0..8] != SEGMENT_MAGIC {
             return Err("bad segment magic");
         }
-        if crc32c::crc32c(&b[..60]) != u32::from_le_bytes(b[60..64].try_into().expect("4 bytes")) {
+        if crc32c::crc32c(&b[..60])
+            != u32::from_le_bytes(b[60..64].try_into().expect("a 4-byte range is a [u8; 4]"))
+        {
             return Err("segment header checksum mismatch");
         }
-        let version = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
+        let version = u32::from_le_bytes(b[8..12].try_into().expect("a 4-byte range is a [u8; 4]"));
         if version != SEGMENT_VERSION {
             return Err("unknown segment version");
         }
         Ok(SegmentHeader {
             tier: u16::from_le_bytes([b[12], b[13]]),
-            id: u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")),
-            created_unix_ns: u64::from_le_bytes(b[24..32].try_into().expect("8 bytes")),
-            file_len: u64::from_le_bytes(b[32..40].try_into().expect("8 bytes")),
-            retired_id: u64::from_le_bytes(b[40..48].try_into().expect("8 bytes")),
+            id: u64::from_le_bytes(b[16..24].try_into().expect("an 8-byte range is a [u8; 8]")),
+            created_unix_ns: u64::from_le_bytes(
+                b[24..32].try_into().expect("an 8-byte range is a [u8; 8]"),
+            ),
+            file_len: u64::from_le_bytes(
+                b[32..40].try_into().expect("an 8-byte range is a [u8; 8]"),
+            ),
+            retired_id: u64::from_le_bytes(
+                b[40..48].try_into().expect("an 8-byte range is a [u8; 8]"),
+            ),
         })
     }
 }

@@ -132,8 +132,20 @@ pub fn decode(segment_id: u64, b: &[u8]) -> Option<(u64, Vec<Entry>)> {
     if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().ok()?) {
         return None;
     }
-    let u32_at = |at: usize| u32::from_le_bytes(body[at..at + 4].try_into().expect("4 bytes"));
-    let u64_at = |at: usize| u64::from_le_bytes(body[at..at + 8].try_into().expect("8 bytes"));
+    let u32_at = |at: usize| {
+        u32::from_le_bytes(
+            body[at..at + 4]
+                .try_into()
+                .expect("a 4-byte range is a [u8; 4]"),
+        )
+    };
+    let u64_at = |at: usize| {
+        u64::from_le_bytes(
+            body[at..at + 8]
+                .try_into()
+                .expect("an 8-byte range is a [u8; 8]"),
+        )
+    };
     if u32_at(8) != SUMMARY_VERSION || u64_at(16) != segment_id {
         return None;
     }

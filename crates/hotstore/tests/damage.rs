@@ -1,4 +1,5 @@
 //! Proves that recovery keeps exactly the intact prefix of a torn tail, refuses (Strict) or skips exactly (Salvage) damage, survives bad summaries and headers, and never panics.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use hotstore::testing::{
     scan, FaultMedium, Medium, RecordKind, SegmentHeader, SummaryEntry as Entry,

@@ -1,4 +1,5 @@
 //! Proves the direct-I/O write path of bulk records on a block tier: values of every alignment read back byte for byte (before and after a reopen), a tier that refuses O_DIRECT (tmpfs) falls back and says so, and a bulk record torn in the middle of its direct-written interior is cut at the next open, never returned.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use hotstore::{Durability, FragmentKey, Store};
 use std::path::{Path, PathBuf};

@@ -1,4 +1,5 @@
 //! Proves the event lifecycle: READY by count, seal or timeout; exclusive claims with leases; durable Remove/Keep acknowledgements that survive kill -9 and power cuts; late fragments refused; queries and counts.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! Proves that a full device, tier or tmpfs answers StoreFull and loses nothing, and that removals work when full and make room again, also for a waiting writer.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use hotstore::testing::FaultMedium;
 use hotstore::{Durability, Error, FragmentKey, Store, TierSpec, WriteOptions};

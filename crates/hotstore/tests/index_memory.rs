@@ -1,5 +1,6 @@
 //! Measures the DRAM the index takes per entry (16-byte DAQ keys, sequential and random
 //! insertion) with a counting allocator, and fails if it exceeds the documented bound.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use hotstore::testing::{FaultMedium, Index, IndexKey, Loc, Medium, Segment};
 use hotstore::FragmentKey;

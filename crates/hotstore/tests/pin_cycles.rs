@@ -1,6 +1,7 @@
 //! Proves that dead segments which pin each other (two writers overwriting and removing each
 //! other's keys) are still recycled, all-or-nothing, and that a crash while a group is being
 //! freed brings back nothing: the intent file makes recovery finish the job.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! Proves the bulk index build at open: a reopen from summaries and a reopen by scanning every segment give the same keys, values and live/dead accounting as a model, with overwrites and removals spread over many segments; and the rebuilt accounting lets every segment be recycled once its keys are removed (nothing counted live that is dead, nothing dead that is live).
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use hotstore::{Durability, Store};
 use rand::{rngs::StdRng, Rng, SeedableRng};

@@ -1,5 +1,6 @@
 //! An in-process server on a fresh store, for the client tests.
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use hotstore::{EventPolicy, Store, TierSpec};
 use hotstore_server::{ServerConfig, ServerHandle};

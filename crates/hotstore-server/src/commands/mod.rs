@@ -56,10 +56,6 @@ impl<'a> Args<'a> {
     pub fn len(&self) -> usize {
         self.ranges.len()
     }
-    /// True if there are none.
-    pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
-    }
     /// Argument `i` (0 is the command name).
     pub fn get(&self, i: usize) -> &'a [u8] {
         &self.buf[self.ranges[i].clone()]

@@ -34,12 +34,18 @@ impl Default for Limits {
 /// What the buffer holds.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Parsed {
-    /// One whole request of `consumed` bytes; its arguments are in the `args` vector (empty
-    /// for an empty line or `*0`, which Redis skips without a reply).
-    Request { consumed: usize },
-    /// Not all of it yet; the request needs at least `need` bytes in total (a hint for
-    /// sizing the buffer; 0 if unknown).
-    Incomplete { need: usize },
+    /// One whole request; its arguments are in the `args` vector (empty for an empty line or
+    /// `*0`, which Redis skips without a reply).
+    Request {
+        /// Bytes of the buffer the request takes.
+        consumed: usize,
+    },
+    /// Not all of it yet.
+    Incomplete {
+        /// Bytes the request needs at least in total (a hint for sizing the buffer; 0 if
+        /// unknown).
+        need: usize,
+    },
 }
 
 /// Malformed input: the connection gets `-ERR Protocol error: <text>` and is closed.

@@ -1,5 +1,6 @@
 //! Shared by the server's integration tests: a raw-socket client and server settings.
 #![allow(dead_code)] // each test file uses its own subset
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 pub use hotstore_server::resp::encode_request as encode;
 use hotstore_server::ServerConfig;

@@ -86,8 +86,8 @@ impl EventId {
     pub fn run_event(&self) -> Option<(u32, u64)> {
         let b: &[u8; 12] = (*self.0).try_into().ok()?;
         Some((
-            u32::from_be_bytes(b[..4].try_into().expect("4 bytes")),
-            u64::from_be_bytes(b[4..].try_into().expect("8 bytes")),
+            u32::from_be_bytes(b[..4].try_into().expect("a 4-byte range is a [u8; 4]")),
+            u64::from_be_bytes(b[4..].try_into().expect("an 8-byte range is a [u8; 8]")),
         ))
     }
 }

@@ -482,8 +482,8 @@ impl Region for MappedFile {
         );
         match self.domain {
             Domain::Volatile => Ok(()),
-            // Safety: the range is inside the mapping (asserted above).
             Domain::Pmem => {
+                // SAFETY: the range is inside the mapping (asserted above).
                 unsafe { flush::persist_range(self.ptr.add(offset), len) };
                 Ok(())
             }

@@ -176,7 +176,7 @@ fn damaged_header(
     }
     let id_at = |b: &[u8]| {
         b.get(16..24)
-            .map(|id| u64::from_le_bytes(id.try_into().expect("8 bytes")))
+            .map(|id| u64::from_le_bytes(id.try_into().expect("an 8-byte range is a [u8; 8]")))
     };
     let mut candidates: Vec<u64> = id_at(bytes).into_iter().collect();
     if let Some(sum) = tier.medium.read_file(&summary::file_name(slot))? {

@@ -1,4 +1,5 @@
 //! Helpers shared by the engine's integration tests.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use hotstore::testing::{FaultMedium, Medium};
 use hotstore::Store;
