@@ -146,7 +146,7 @@ pub fn verify(store: &Store, recording: u32) -> Result<VerifyReport> {
         let s = match parsed {
             Ok(s) => s,
             Err(e) => {
-                bad_fragments.push(format!("{}: {}", hex(key), e.0));
+                bad_fragments.push(format!("{}: {}", hex::encode(key), e.0));
                 return;
             }
         };
@@ -275,10 +275,6 @@ pub fn verify(store: &Store, recording: u32) -> Result<VerifyReport> {
     })
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// Writes each link's frames of `recording`, in time order, to `out/link-NNNN.bin` (raw
 /// frames back to back). Returns (link, frames, path) per link.
 pub fn export(
@@ -308,7 +304,11 @@ pub fn export(
             Err(e) => {
                 err = Some(RecorderError::BadManifest {
                     path: store.dir().to_path_buf(),
-                    reason: format!("slice {}: {} (run `hotstore record verify`)", hex(key), e.0),
+                    reason: format!(
+                        "slice {}: {} (run `hotstore record verify`)",
+                        hex::encode(key),
+                        e.0
+                    ),
                 });
                 return;
             }
