@@ -322,7 +322,7 @@ where
         state.needs_sync = false;
         if let Err(why) = shared.sync.sync().await {
             shared.metrics.error("io");
-            eprintln!(
+            log_line!(
                 "hotstore: sync failed ({why}); closing client {} without acknowledging",
                 state.info.id
             );

@@ -12,6 +12,15 @@
 //! `metrics` (Prometheus; told the command names and figures, it imports no other module),
 //! `server` (listeners, start and stop), `config`. No two modules import each other.
 
+/// Writes one line to stderr, never panicking: a server ignores SIGPIPE, so `eprintln!` to a
+/// stderr whose reader went away (`hotstore serve 2>&1 | head`) would panic a worker.
+macro_rules! log_line {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod commands;
 mod config;
 mod conn;

@@ -203,7 +203,7 @@ async fn accept_tcp(listener: TcpListener, shared: Arc<Shared>) {
             Ok(x) => x,
             Err(e) => {
                 // Out of file descriptors, usually: wait instead of spinning.
-                eprintln!("hotstore: accept failed: {e}");
+                log_line!("hotstore: accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
@@ -239,7 +239,7 @@ async fn accept_unix(listener: UnixListener, shared: Arc<Shared>) {
         let sock = match accepted {
             Ok((s, _)) => s,
             Err(e) => {
-                eprintln!("hotstore: accept failed: {e}");
+                log_line!("hotstore: accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
