@@ -15,7 +15,7 @@
 # The session expects no other client to seal or claim events on the server meanwhile (the
 # Rust test gives it a fresh server). Keys and the run number are random, so it can be run
 # again against the same server. Needs redis-cli and redis-benchmark (Debian: redis-tools;
-# .ci/run installs them). Exit status 0 only if everything matched.
+# scripts/test installs them). Exit status 0 only if everything matched.
 set -euo pipefail
 
 MODE=${1:-all}
@@ -41,7 +41,7 @@ fi
 
 for tool in redis-cli redis-benchmark stdbuf timeout diff; do
   if ! command -v "$tool" >/dev/null 2>&1; then
-    echo "FAIL: $tool not found (redis-cli/redis-benchmark: Debian package redis-tools; run .ci/run, which installs it)" >&2
+    echo "FAIL: $tool not found (redis-cli/redis-benchmark: Debian package redis-tools; run scripts/test, which installs it)" >&2
     exit 2
   fi
 done

@@ -10,7 +10,7 @@ Run against a running server (``crates/hotstore-cli/tests/real_clients.rs`` star
 ``HOTSTORE_PORT`` is a server without a password; the optional second one was started with
 ``--requirepass $HOTSTORE_PASSWORD`` (the AUTH tests are skipped without it). The DAQ tests
 expect that no other client claims events on the server while they run. Needs redis-py
-(``pip install redis``; ``.ci/run`` installs it).
+(``pip install redis``; ``scripts/test`` installs it).
 """
 
 import os
@@ -31,7 +31,7 @@ try:
     from redis.exceptions import AuthenticationError, ResponseError
     from redis.retry import Retry
 except ImportError:  # pragma: no cover
-    sys.exit("redis-py is missing: pip install redis (or run .ci/run, which installs it)")
+    sys.exit("redis-py is missing: pip install redis (or run scripts/test, which installs it)")
 if int(redis.__version__.split(".")[0]) < 5:  # pragma: no cover
     sys.exit("redis-py %s is too old (RESP3 needs 5 or later): pip install -U redis" % redis.__version__)
 

@@ -1,7 +1,8 @@
 //! `hotstore bench device` and `hotstore bench model`, run as a user would: every access method
 //! for a short time on a temporary directory, bad input, the fio comparison (fio is installed by
-//! `.ci/run`; these tests fail, not skip, without it), and the models against hand-computed
+//! `scripts/test`; these tests fail, not skip, without it), and the models against hand-computed
 //! values.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use serde_json::Value;
 use std::path::Path;

@@ -1,4 +1,5 @@
 //! Proves `hotstore record verify DIR | head -1` ends quietly when its reader goes away: no panic ("failed printing to stdout: Broken pipe", exit 101), but the default SIGPIPE death of `cat` or `grep`.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;

@@ -1,4 +1,5 @@
 //! Proves the event lifecycle survives SIGKILL at random moments: `hotstore minidaq` (readout and collectors acknowledging Remove/Keep, every acknowledgement logged) is killed over and over; after each kill no removed event comes back, kept events stay whole and KEPT, no event is ever half removed, and every event not acknowledged is offered again.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use hotstore::{Durability, Error, EventId, EventState, FragmentKey, Store};
 use rand::{Rng, SeedableRng};

@@ -1,4 +1,5 @@
 //! Proves that every operation `hotstore stress` acknowledged survives repeated kill -9 byte for byte, and that a crashed store verifies intact.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 //
 // The supervisor runs `hotstore stress` on one store and SIGKILLs it at random moments
 // (50-400 ms after start) again and again; every stress run recovers the store left by the

@@ -1,4 +1,5 @@
 //! Proves `hotstore minidaq` runs both modes end to end: JSON with the documented keys, every event collected with no integrity error, CSV samples and PNG plots written, and bad input refused with a clear error.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use std::process::Command;
 

@@ -3,6 +3,7 @@
 //! directory, and the README's first command (`cargo run ... --`) run as `hotstore`. Skipped,
 //! with the reason: `scripts/test` (this suite) and the `serve` + `redis-cli` session (a server
 //! on a fixed port; `real_clients::protocol_doc_session_runs_as_written` runs that session).
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use std::path::Path;
 use std::process::Command;

@@ -1,4 +1,5 @@
 //! Proves the read-only commands (inspect, dump, verify, record verify/export) refuse a path that is not a store with a clear error and exit 2, and create nothing there: no directory, no LOCK file, the file untouched.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use std::path::Path;
 use std::process::{Command, Output};

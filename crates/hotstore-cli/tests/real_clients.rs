@@ -1,9 +1,10 @@
-// Proves `hotstore serve` works with real Redis clients: redis-py through tests/python/test_server.py
-// (standard commands, pipelines, RESP3, AUTH, the DAQ commands through python/hotstore_client.py,
-// claims given back on disconnect, malformed input), a scripted redis-cli session compared with
-// expected text, and a redis-benchmark smoke run (tests/cli/redis_cli_session.sh). Each test starts
-// its own servers (`--port 0`, store in /dev/shm) and stops them with SIGTERM, which must exit 0.
-// The client tools are required: a missing one fails the test and says to run `.ci/run`.
+//! Proves `hotstore serve` works with real Redis clients: redis-py through tests/python/test_server.py
+//! (standard commands, pipelines, RESP3, AUTH, the DAQ commands through python/hotstore_client.py,
+//! claims given back on disconnect, malformed input), a scripted redis-cli session compared with
+//! expected text, and a redis-benchmark smoke run (tests/cli/redis_cli_session.sh). Each test starts
+//! its own servers (`--port 0`, store in /dev/shm) and stops them with SIGTERM, which must exit 0.
+//! The client tools are required: a missing one fails the test and says to run `scripts/test` (which installs them).
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -57,7 +58,7 @@ fn require_tools() {
             .unwrap_or(false);
         assert!(
             ok,
-            "{what} is missing: run `.ci/run` (it installs redis-tools, redis-server and redis-py), \
+            "{what} is missing: run `scripts/test` (it installs redis-tools, redis-server and redis-py), \
              or install it yourself; these tests need real Redis clients"
         );
     }

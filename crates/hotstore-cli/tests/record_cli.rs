@@ -1,5 +1,6 @@
 //! `hotstore record` end to end through the binary: generator -> record -> verify -> export,
 //! the UDP path on loopback with `record send`, and SIGKILL in the middle of a recording.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use serde_json::Value;
 use std::path::Path;

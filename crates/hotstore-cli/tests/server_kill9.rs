@@ -1,6 +1,7 @@
 //! `hotstore serve` is SIGKILLed during a pipelined write load; after a restart a fresh client
 //! must find every acknowledged write byte-exact (and any unacknowledged write either absent
 //! or whole). Three rounds on one store, with `Persisted` SETs and `Memory` FRAG.PUTs.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -146,6 +147,7 @@ fn acknowledged_writes_survive_sigkill_of_the_server() {
         }
         std::thread::sleep(Duration::from_millis(100 + 200 * round));
         // SIGKILL: no chance to flush anything.
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         let _ = child.wait();
         stop.store(true, Ordering::Relaxed);
@@ -205,6 +207,7 @@ fn acknowledged_writes_survive_sigkill_of_the_server() {
         }
         eprintln!("round {round}: {checked} acknowledged writes present and byte-exact");
         drop(stream);
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let status = child.wait().unwrap();
         assert!(status.success(), "graceful stop failed: {status}");

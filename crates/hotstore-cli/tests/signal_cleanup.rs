@@ -1,6 +1,7 @@
 //! Commands that make temporary stores remove them when stopped with SIGTERM or SIGINT (what
 //! `timeout`, `kill`, batch systems and Ctrl-C send), and exit as the signal would have
 //! (128 + its number). Before the fix a stopped `minidaq` left its 2 GB store in /dev/shm.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
