@@ -9,7 +9,8 @@
 //! interleave. A process killed mid-write can leave a last line without its newline: it is not
 //! an acknowledgement, and [`AckLog::open`] cuts it before appending.
 
-use crate::util::{fail, hex, unhex, CliResult};
+use crate::util::{fail, CliResult};
+use hotstore_bench::util::{hex, unhex};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};

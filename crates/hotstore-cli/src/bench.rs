@@ -7,10 +7,11 @@
 //! duration (or until a writer finds the store full), reads them again and stops the threads.
 
 use crate::bench_harness::{key, measure, temp_dir_in, value_buffer, Window, WARMUP};
-use crate::limits::{self, Limit};
-use crate::scratch::ScratchDir;
-use crate::util::{fail, human_bytes, human_count, CliResult, Out};
+use crate::util::{fail, CliResult, Out};
 use hotstore::{Domain, Durability, Store, StoreOptions, TierSpec, MAX_VALUE_LEN};
+use hotstore_bench::limits::{self, Limit};
+use hotstore_bench::scratch::ScratchDir;
+use hotstore_bench::util::{human_bytes, human_count};
 use serde::Serialize;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -254,7 +255,10 @@ fn fresh_store(
         .lanes(cfg.threads.max(default_lanes))
         .tier(TierSpec::new(".").capacity_bytes(capacity))
         .verify_on_read(cfg.verify_on_read)
-        .preallocate_bytes(crate::util::preallocate_bytes(cfg.preallocate, capacity)?)
+        .preallocate_bytes(hotstore_bench::util::preallocate_bytes(
+            cfg.preallocate,
+            capacity,
+        )?)
         .direct_io_min_value_bytes(
             cfg.direct_io_min
                 .map_or(hotstore::DIRECT_IO_MIN_VALUE_BYTES, |m| {

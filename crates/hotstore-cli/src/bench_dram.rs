@@ -6,8 +6,9 @@
 //! event use, puts with events tracked, and the same store reopened (the index bulk-built).
 
 use crate::bench_harness::{key, temp_dir_in};
-use crate::util::{fail, human_bytes, CliResult, Out};
+use crate::util::{fail, CliResult, Out};
 use hotstore::{Durability, EventPolicy, Store};
+use hotstore_bench::util::human_bytes;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -90,7 +91,7 @@ fn measure(
     a: &DramArgs,
     events: bool,
     out: &mut Out,
-) -> CliResult<(u64, u64, crate::scratch::ScratchDir)> {
+) -> CliResult<(u64, u64, hotstore_bench::scratch::ScratchDir)> {
     let dir = temp_dir_in(base)?;
     let before = rss_anon()?;
     let s = Store::builder(dir.path()).open()?;
@@ -150,7 +151,7 @@ pub fn run(a: &DramArgs) -> CliResult<()> {
     if !a.dir.is_dir() {
         return fail(format!("{} is not a directory", a.dir.display()));
     }
-    if !crate::limits::is_memory_fs(&a.dir) {
+    if !hotstore_bench::limits::is_memory_fs(&a.dir) {
         return fail(format!(
             "{} is not a memory file system: the values would be read back into the page cache \
              and blur the figure (use /dev/shm)",

@@ -3,9 +3,9 @@
 //! `hotstore bench device`: threads counting operations in a timed window after a warm-up,
 //! the benchmark's keys and values, and scratch directories. It imports none of them.
 
-use crate::scratch::ScratchDir;
 use crate::util::{fail, CliResult};
 use hotstore::FragmentKey;
+use hotstore_bench::scratch::ScratchDir;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -94,7 +94,7 @@ where
 
 /// A new temporary directory under `base`, removed when dropped or on SIGINT/SIGTERM.
 pub(crate) fn temp_dir_in(base: &Path) -> CliResult<ScratchDir> {
-    ScratchDir::new_in(base, "bench")
+    Ok(ScratchDir::new_in(base, "bench")?)
 }
 
 /// The 16-byte DAQ key of `event` in `run`: the keys every benchmark writes and reads.

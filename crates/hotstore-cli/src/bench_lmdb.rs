@@ -19,7 +19,7 @@ pub const BATCH: u64 = 1000;
 const GETS_PER_TXN: u64 = 1000;
 
 struct Lmdb {
-    _dir: crate::scratch::ScratchDir,
+    _dir: hotstore_bench::scratch::ScratchDir,
     env: Env,
     db: Database<Bytes, Bytes>,
 }

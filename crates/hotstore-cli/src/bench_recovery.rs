@@ -3,8 +3,9 @@
 //! (summaries removed: the worst case, as for tails open at a crash).
 
 use crate::bench_harness::temp_dir_in;
-use crate::util::{human_bytes, human_count, CliResult};
+use crate::util::CliResult;
 use hotstore::{Durability, FragmentKey, Store};
+use hotstore_bench::util::{human_bytes, human_count};
 use serde::Serialize;
 use std::path::Path;
 use std::time::Instant;

@@ -1,7 +1,8 @@
 //! `hotstore dump`: every live key with its value length and crc32c, sorted by key.
 
-use crate::util::{hex, CliResult, Out};
+use crate::util::{CliResult, Out};
 use hotstore::Store;
+use hotstore_bench::util::hex;
 use std::path::Path;
 
 /// One live key.

@@ -1,9 +1,10 @@
 //! `hotstore inspect`: what is in a store, where it lives, what survives what, and what
 //! recovery found when opening it.
 
-use crate::util::{human_bytes, short_path, CliResult, Out};
+use crate::util::{short_path, CliResult, Out};
 use crate::verify::is_untouched_file;
 use hotstore::{RecoveryReport, Stats, Store};
+use hotstore_bench::util::human_bytes;
 use std::path::Path;
 
 /// Opens the store in `dir` (never creating one) and prints its figures.

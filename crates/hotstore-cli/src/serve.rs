@@ -113,7 +113,7 @@ fn config_from(a: ServeArgs) -> CliResult<ServerConfig> {
     }
     set!(bind, port, max_clients, threads, timeout, capacity);
     if a.preallocate.is_some() {
-        c.preallocate = crate::util::preallocate_bytes(a.preallocate, c.capacity)?;
+        c.preallocate = hotstore_bench::util::preallocate_bytes(a.preallocate, c.capacity)?;
     }
     if let Some(v) = a.unixsocket {
         c.unixsocket = Some(v);

@@ -17,8 +17,10 @@
 //! stream alone.
 
 use crate::acklog::{Ack, AckLog, LastAck};
-use crate::util::{fail, human_bytes, human_count, CliError, CliResult};
+use crate::util::{fail, CliError, CliResult};
 use hotstore::{Durability, FragmentKey, Store, StoreOptions, TierSpec, MAX_VALUE_LEN};
+use hotstore_bench::util::fnv1a64;
+use hotstore_bench::util::{human_bytes, human_count};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashSet;
@@ -53,16 +55,6 @@ pub struct Config {
     pub capacity: Option<u64>,
     /// Durability of every write.
     pub durability: Durability,
-}
-
-/// FNV-1a, 64 bits.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 /// SplitMix64: fast, and simple enough to re-implement in a checker.

@@ -1,6 +1,9 @@
-//! Small helpers shared by the subcommands: the CLI error type, byte sizes in and out, hex,
-//! stdout that tolerates a closed pipe (`hotstore dump | head`) and the SIGPIPE disposition.
+//! Small helpers of the command line: the CLI error type and exit statuses, the parsers of
+//! option values (sizes, seconds), stdout that tolerates a closed pipe (`hotstore dump | head`)
+//! and the SIGPIPE disposition. Byte sizes and counts for people, hex and what `--preallocate`
+//! means are shared with the libraries: `hotstore_bench::util`.
 
+use hotstore_bench::util::PREALLOCATE_ALL;
 use std::fmt;
 use std::io::{self, BufWriter, StdoutLock, Write};
 use std::path::Path;
@@ -31,6 +34,15 @@ impl fmt::Display for CliError {
 impl From<hotstore::Error> for CliError {
     fn from(e: hotstore::Error) -> Self {
         CliError::Msg(e.to_string())
+    }
+}
+
+impl From<hotstore_bench::Error> for CliError {
+    fn from(e: hotstore_bench::Error) -> Self {
+        match e {
+            hotstore_bench::Error::Output(e) => io_out(e),
+            e => CliError::Msg(e.to_string()),
+        }
     }
 }
 
@@ -101,28 +113,6 @@ pub fn sigpipe_ignore() {
     }
 }
 
-/// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
-}
-
-/// Parses lower- or upper-case hex; `None` if it is not an even number of hex digits.
-pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 /// The value of `--preallocate [BYTES]`: a byte count, or [`PREALLOCATE_ALL`] for the flag
 /// without a value (the whole --capacity), the same on every command.
 pub fn parse_preallocate(s: &str) -> Result<u64, String> {
@@ -130,22 +120,6 @@ pub fn parse_preallocate(s: &str) -> Result<u64, String> {
         return Ok(PREALLOCATE_ALL);
     }
     parse_size(s)
-}
-
-/// `--preallocate` given without a size: all of --capacity.
-pub const PREALLOCATE_ALL: u64 = u64::MAX;
-
-/// Bytes to preallocate for `--preallocate` (`None`: not given) within `capacity` (0:
-/// unbounded, where "all" has no meaning).
-pub fn preallocate_bytes(preallocate: Option<u64>, capacity: u64) -> Result<u64, CliError> {
-    match preallocate {
-        None => Ok(0),
-        Some(PREALLOCATE_ALL) if capacity == 0 => Err(CliError::Msg(
-            "--preallocate without a size preallocates all of --capacity: give --capacity, or a size (--preallocate 4GiB)".into(),
-        )),
-        Some(b) if capacity > 0 => Ok(b.min(capacity)),
-        Some(b) => Ok(b),
-    }
 }
 
 /// `--segment-size`: [`parse_size`] within the engine's bounds, checked here so the error
@@ -214,37 +188,6 @@ pub fn parse_secs(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
-/// "1.50 GiB", "12.0 KiB", "100 B".
-pub fn human_bytes(bytes: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{v:.0} B")
-    } else if v >= 100.0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
-}
-
-/// "2.31 M", "950 k", "12": a count or rate with a decimal prefix.
-pub fn human_count(n: f64) -> String {
-    if n >= 1e9 {
-        format!("{:.2} G", n / 1e9)
-    } else if n >= 1e6 {
-        format!("{:.2} M", n / 1e6)
-    } else if n >= 1e4 {
-        format!("{:.1} k", n / 1e3)
-    } else {
-        format!("{n:.0}")
-    }
-}
-
 /// A file name relative to `dir` when it is inside it (shorter messages), else the full path.
 pub fn short_path(path: &Path, dir: &Path) -> String {
     path.strip_prefix(dir)
@@ -282,22 +225,5 @@ mod tests {
         assert!(parse_secs("-1").is_err());
         assert!(parse_secs("nan").is_err());
         assert!(parse_secs("inf").is_err());
-    }
-
-    #[test]
-    fn hex_round_trips() {
-        assert_eq!(hex(&[0, 0xab, 0x10]), "00ab10");
-        assert_eq!(unhex("00ab10"), Some(vec![0, 0xab, 0x10]));
-        assert_eq!(unhex("00AB10"), Some(vec![0, 0xab, 0x10]));
-        assert_eq!(unhex("0"), None);
-        assert_eq!(unhex("zz"), None);
-        assert_eq!(unhex("é0"), None);
-    }
-
-    #[test]
-    fn human_units() {
-        assert_eq!(human_bytes(100.0), "100 B");
-        assert_eq!(human_bytes(1536.0), "1.50 KiB");
-        assert_eq!(human_count(2_310_000.0), "2.31 M");
     }
 }

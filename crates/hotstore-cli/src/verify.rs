@@ -1,8 +1,9 @@
 //! `hotstore verify`: read every record of every segment file and check its checksum,
 //! without trusting summaries. Damage is listed as `file:offset`; torn tails are notes.
 
-use crate::util::{human_bytes, short_path, CliResult, Out, EXIT_DAMAGE};
+use crate::util::{short_path, CliResult, Out, EXIT_DAMAGE};
 use hotstore::{verify_dir, Damage, VerifyReport};
+use hotstore_bench::util::human_bytes;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

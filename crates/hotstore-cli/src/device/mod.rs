@@ -276,7 +276,7 @@ fn header(r: &Report, cfg: &sweep::Config) -> String {
         } else {
             "refused (no DAX)"
         },
-        crate::util::human_bytes(r.file_size_total as f64),
+        hotstore_bench::util::human_bytes(r.file_size_total as f64),
         r.warmup_secs,
         r.duration_secs,
         r.repeat,

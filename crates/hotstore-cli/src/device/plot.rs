@@ -2,16 +2,15 @@
 //! Figs. 3 and 5), request rate against block size per thread count (Fig. 2), one panel per
 //! method; and the DRAM backlog over time for several output rates (Fig. 6).
 //!
-//! Drawn with `plotters` and `ab_glyph` like the minidaq charts, with the same fonts (see
-//! `crate::minidaq::plot::FONT_CANDIDATES`). Units: GB is 10^9 bytes.
+//! Drawn with the shared toolkit of `hotstore_bench::plot`, like the minidaq charts (the same
+//! fonts, palette and labels). Units: GB is 10^9 bytes.
 
 use super::report::{block_label, PointResult};
-use crate::minidaq::plot::{ensure_font, si, PlotError, PALETTE};
+use hotstore_bench::plot::{ensure_font, si, write_png, PlotError, FONT, PALETTE};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
 
-const FONT: &str = "sans-serif";
 const PANEL_W: u32 = 520;
 const PANEL_H: u32 = 380;
 const TITLE_H: u32 = 44;
@@ -117,8 +116,7 @@ pub(super) fn plot_threads(
         }
         legend(&mut chart)?;
     }
-    root.present()
-        .map_err(|e| PlotError::Drawing(format!("cannot write {}: {e}", path.display())))
+    write_png(&root, path)
 }
 
 /// Request rate (requests/s, log) against block size (log), one series per thread count,
@@ -192,8 +190,7 @@ pub(super) fn plot_blocks(
         }
         legend(&mut chart)?;
     }
-    root.present()
-        .map_err(|e| PlotError::Drawing(format!("cannot write {}: {e}", path.display())))
+    write_png(&root, path)
 }
 
 fn legend<'a, 'b: 'a, X, Y>(
@@ -286,8 +283,7 @@ pub(super) fn plot_backlog(
         .border_style(BLACK.mix(0.5))
         .label_font((FONT, 14))
         .draw()?;
-    root.present()
-        .map_err(|e| PlotError::Drawing(format!("cannot write {}: {e}", path.display())))
+    write_png(&root, path)
 }
 
 #[cfg(test)]

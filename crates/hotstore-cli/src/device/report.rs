@@ -1,7 +1,7 @@
 //! The results of `bench device`: one record per point, printed as a table, JSON or CSV.
 
 use super::layout::FsInfo;
-use crate::util::{human_bytes, human_count};
+use hotstore_bench::util::{human_bytes, human_count};
 use serde::Serialize;
 use std::fmt::Write as _;
 

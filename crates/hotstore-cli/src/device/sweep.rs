@@ -7,7 +7,8 @@ use super::layout::{self, FileSet, FsInfo, ALIGN};
 use super::methods::{Method, Workload};
 use super::report::{block_label, median, PointResult, Report};
 use super::workload::{run_once, RunSpec};
-use crate::util::{human_bytes, CliError, CliResult};
+use crate::util::{CliError, CliResult};
+use hotstore_bench::util::human_bytes;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

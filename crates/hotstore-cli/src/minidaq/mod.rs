@@ -10,10 +10,11 @@ mod remote;
 pub mod sampling;
 pub mod workload;
 
-use crate::limits;
-use crate::scratch::ScratchDir;
-use crate::util::{fail, human_bytes, human_count, CliError, CliResult};
+use crate::util::{fail, CliError, CliResult};
 use hotstore::{Durability, EventPolicy, Store, TierSpec};
+use hotstore_bench::limits;
+use hotstore_bench::scratch::ScratchDir;
+use hotstore_bench::util::{human_bytes, human_count};
 use sampling::{Counters, RateStats, Sample, Sampler};
 use serde::Serialize;
 use std::io::IsTerminal;

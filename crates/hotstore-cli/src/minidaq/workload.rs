@@ -50,7 +50,7 @@ impl Pattern {
     }
 
     fn offset(key: &[u8]) -> usize {
-        (crate::stress::fnv1a64(key) as usize & (PATTERN_WINDOW - 1)) & !7
+        (hotstore_bench::util::fnv1a64(key) as usize & (PATTERN_WINDOW - 1)) & !7
     }
 
     /// Writes the fragment for `key` into `out` (its whole length).
@@ -156,9 +156,9 @@ impl AckLog {
     fn append_line(&self, line: &AckLine) -> std::io::Result<()> {
         use std::io::Write;
         let text = match line {
-            AckLine::Put { key, len } => format!("put {} {len}\n", crate::util::hex(key)),
-            AckLine::Removed(e) => format!("removed {}\n", crate::util::hex(e)),
-            AckLine::Kept(e) => format!("kept {}\n", crate::util::hex(e)),
+            AckLine::Put { key, len } => format!("put {} {len}\n", hotstore_bench::util::hex(key)),
+            AckLine::Removed(e) => format!("removed {}\n", hotstore_bench::util::hex(e)),
+            AckLine::Kept(e) => format!("kept {}\n", hotstore_bench::util::hex(e)),
         };
         self.0.lock().write_all(text.as_bytes())
     }

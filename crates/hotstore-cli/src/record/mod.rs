@@ -243,7 +243,7 @@ fn send(s: SendArgs) -> CliResult<ExitCode> {
         stats.frames_per_link,
         addrs.len(),
         stats.secs,
-        crate::util::human_bytes(
+        hotstore_bench::util::human_bytes(
             stats.frames_per_link as f64 * s.frame_size as f64 / stats.secs.max(1e-9)
         )
     );

@@ -2,12 +2,11 @@
 //! backlog model (input - output) x time from each trigger, the configured bound and the
 //! triggers (DUNE Fig. 6). Binary units (MiB), as in the text summary.
 
-use crate::minidaq::plot::{ensure_font, write_png, PlotError, PALETTE};
+use hotstore_bench::plot::{ensure_font, write_png, PlotError, FONT, PALETTE};
 use hotstore_recorder::Sample;
 use plotters::prelude::*;
 use std::path::Path;
 
-const FONT: &str = "sans-serif";
 const IN_COLOR: RGBColor = PALETTE[0];
 const OUT_COLOR: RGBColor = PALETTE[1];
 const BACKLOG_COLOR: RGBColor = PALETTE[2];

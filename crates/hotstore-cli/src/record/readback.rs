@@ -1,7 +1,8 @@
 //! `record verify` and `record export`: the command-line face of the recorder's readback.
 
-use crate::util::{human_bytes, CliError, CliResult, EXIT_DAMAGE};
+use crate::util::{CliError, CliResult, EXIT_DAMAGE};
 use hotstore::Store;
+use hotstore_bench::util::human_bytes;
 use hotstore_recorder::manifest;
 use std::path::Path;
 use std::process::ExitCode;

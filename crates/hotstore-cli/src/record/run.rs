@@ -2,9 +2,10 @@
 //! fire the triggers, report progress, and print the summary (text or JSON) and the plot.
 
 use super::RunArgs;
-use crate::limits;
-use crate::util::{fail, human_bytes, CliError, CliResult};
+use crate::util::{fail, CliError, CliResult};
 use hotstore::{Store, TierSpec};
+use hotstore_bench::limits;
+use hotstore_bench::util::human_bytes;
 use hotstore_recorder::source::{
     bind_udp, parse_udp_list, run_generator, run_udp, GeneratorConfig,
 };
@@ -136,7 +137,7 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
     if let Some(c) = a.capacity {
         builder = builder
             .tier(TierSpec::new(".").capacity_bytes(c))
-            .preallocate_bytes(crate::util::preallocate_bytes(a.preallocate, c)?);
+            .preallocate_bytes(hotstore_bench::util::preallocate_bytes(a.preallocate, c)?);
     }
     let store = Arc::new(builder.open()?);
     for t in store.stats().tiers.iter().filter(|t| !t.survives_power_cut) {

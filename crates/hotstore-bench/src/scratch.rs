@@ -8,7 +8,7 @@
 //! action would have. Only SIGKILL cannot be caught: what it leaves is named
 //! `hotstore-<command>-*` under the base directory (/dev/shm by default).
 
-use crate::util::{CliError, CliResult};
+use crate::{Error, Result};
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
@@ -24,13 +24,13 @@ pub struct ScratchDir {
 
 impl ScratchDir {
     /// A new directory `<base>/hotstore-<what>-XXXXXX`.
-    pub fn new_in(base: &Path, what: &str) -> CliResult<Self> {
+    pub fn new_in(base: &Path, what: &str) -> Result<Self> {
         WATCHER.call_once(start_watcher);
         let dir = tempfile::Builder::new()
             .prefix(&format!("hotstore-{what}-"))
             .tempdir_in(base)
             .map_err(|e| {
-                CliError::Msg(format!(
+                Error::Msg(format!(
                     "cannot create a temporary store under {}: {e}",
                     base.display()
                 ))

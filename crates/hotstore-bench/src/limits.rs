@@ -2,6 +2,7 @@
 //! the best this hardware could do (memory copy bandwidth, or sequential direct
 //! write bandwidth of the device a store tier lives on).
 
+use crate::util::{exact_bytes, median};
 use std::alloc::{self, Layout};
 use std::fs::OpenOptions;
 use std::io;
@@ -122,7 +123,7 @@ pub fn memcpy_bandwidth(
 
     Limit {
         name: format!("memcpy {got_threads} thread(s)"),
-        bytes_per_sec: median(rates),
+        bytes_per_sec: median(&rates).unwrap_or(0.0),
     }
 }
 
@@ -213,9 +214,9 @@ pub fn direct_write_bandwidth(
     Ok(Limit {
         name: format!(
             "O_DIRECT sequential write, {} blocks",
-            human_bytes(block_bytes)
+            exact_bytes(block_bytes as u64)
         ),
-        bytes_per_sec: median(rates),
+        bytes_per_sec: median(&rates).unwrap_or(0.0),
     })
 }
 
@@ -394,28 +395,6 @@ fn per_sec(bytes: u64, elapsed: Duration) -> f64 {
     bytes as f64 / elapsed.as_secs_f64().max(1e-9)
 }
 
-/// Median; the mean of the middle two for an even count, 0 for none.
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    match n {
-        0 => 0.0,
-        _ if n % 2 == 1 => values[n / 2],
-        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
-}
-
-/// "1 MiB", "4 KiB" or "1000 B": the largest binary unit that divides exactly.
-fn human_bytes(bytes: usize) -> String {
-    if bytes != 0 && bytes.is_multiple_of(1 << 20) {
-        format!("{} MiB", bytes >> 20)
-    } else if bytes != 0 && bytes.is_multiple_of(1 << 10) {
-        format!("{} KiB", bytes >> 10)
-    } else {
-        format!("{bytes} B")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -505,14 +484,5 @@ mod tests {
             kind(direct_write_bandwidth(tmp.path(), 4096, d, 100, 1)),
             invalid
         );
-    }
-
-    #[test]
-    fn median_and_names() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert_eq!(human_bytes(1 << 20), "1 MiB");
-        assert_eq!(human_bytes(4096), "4 KiB");
-        assert_eq!(human_bytes(1000), "1000 B");
     }
 }
