@@ -1,46 +1,158 @@
-//! `hotstore bench put|get`: embedded throughput of the engine on a fresh store, printed beside
-//! the machine's own limit measured in the same run (memcpy on a memory file system, O_DIRECT
-//! sequential write on a block device) and the ratio between the two.
-//!
-//! Measurement: every thread runs the operation in a loop and publishes its count in its own
-//! cache line; the controller lets them warm up for [`WARMUP`], reads the counts, waits for the
-//! duration (or until a writer finds the store full), reads them again and stops the threads.
+//! `hotstore bench`: the options of its subcommands, and each one's run: build the benchmark's
+//! configuration, run it (`hotstore_bench`), print its report as text or JSON.
 
-use crate::bench_harness::{key, measure, temp_dir_in, value_buffer, Window, WARMUP};
-use crate::util::{fail, CliResult, Out};
-use hotstore::{Domain, Durability, Store, StoreOptions, TierSpec, MAX_VALUE_LEN};
-use hotstore_bench::limits::{self, Limit};
-use hotstore_bench::scratch::ScratchDir;
-use hotstore_bench::util::{human_bytes, human_count};
-use serde::Serialize;
-use std::hint::black_box;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use crate::util::{
+    self, fail, parse_secs, parse_size, parse_size_or_off, CliError, CliResult, Out,
+};
+use crate::DurabilityArg;
+use clap::{Args, Subcommand, ValueEnum};
+use hotstore_bench::device::{self, model, model_cmd, Method, Workload};
+use hotstore_bench::{bench, bench_dram, bench_recovery};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
-/// Duration of each limit measurement run (the median of 3 is taken).
-const LIMIT_RUN: Duration = Duration::from_millis(500);
-/// Data `get` populates by default.
-const GET_DEFAULT_BYTES: u64 = 256 << 20;
-/// Most keys `get` populates.
-pub const GET_MAX_KEYS: u64 = 1 << 20;
-/// Buffer size of the memcpy limit.
-const MEMCPY_BUFFER_BYTES: usize = 64 << 20;
+/// Benchmarks: the engine's own throughput, and the storage device under it.
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Embedded put throughput beside this machine's own limit (memcpy, or O_DIRECT on a disk).
+    Put(BenchArgs),
+    /// Embedded get throughput beside memcpy bandwidth, in key order or at random.
+    Get(BenchArgs),
+    /// Index rebuild at open: --key-count values of --value-size, from summaries and by scan.
+    Recovery(RecoveryArgs),
+    /// DRAM per live key (index and event table), from the process's anonymous memory.
+    Dram(DramArgs),
+    Device(DeviceArgs),
+    Model(ModelArgs),
+}
 
-/// Which operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Op {
-    /// Writes of new keys.
-    Put,
-    /// Reads of existing keys.
-    Get,
+/// Measure embedded put or get throughput beside this machine's own limit.
+///
+/// Creates a fresh store in a temporary directory under --dir (default /dev/shm if it exists,
+/// else the system temp dir), runs the operation from THREADS threads for DURATION seconds
+/// after a 0.3 s warm-up that is not counted, and removes the store afterwards.
+///
+/// put: each thread writes new 16-byte fragment keys (run = thread number, event increasing)
+/// with one prefilled value. The store's capacity is bounded (see --capacity); when it is
+/// full the run stops early and the figures cover the measured window until then (reported as
+/// `stopped_full`). With --keep N each put also removes the thread's oldest key beyond N, a
+/// steady state that reuses recycled segments and never fills. Each --repeat run uses a fresh
+/// store.
+///
+/// get: first writes --key-count keys, then each thread reads them in sequential or random
+/// order, zero-copy (`get_with`, touching the first byte), and then for another DURATION with
+/// the copying `get`.
+///
+/// The limit is measured in the same run: for put, memcpy bandwidth with THREADS threads on a
+/// memory file system, else O_DIRECT sequential write bandwidth of the device (1 MiB blocks);
+/// for get, memcpy bandwidth. The ratio is value bytes per second divided by the limit.
+/// With --repeat N, the median run (by ops/s) is reported; --json lists every run in `runs`.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// File system to measure: the store goes in a fresh temporary directory under it.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Value size in bytes.
+    #[arg(long, default_value = "10KiB", value_parser = parse_size, value_name = "BYTES")]
+    value_size: u64,
+    /// Threads doing the operation.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
+    /// Durability of the writes (put; for get, of the populating writes).
+    #[arg(long, value_enum, default_value = "persisted")]
+    durability: DurabilityArg,
+    /// Measured seconds per run (fractions allowed), after the warm-up.
+    #[arg(long, default_value = "3", value_parser = parse_secs, value_name = "SECS")]
+    duration: f64,
+    /// Print one JSON object: ops_per_sec, bytes_per_sec, limit_name, limit_bytes_per_sec,
+    /// ratio, op, value_size, threads, durability, duration_secs (measured window), dir,
+    /// domain, runs, and more.
+    #[arg(long)]
+    json: bool,
+    /// get only: keys to populate (default: about 256 MiB of values, at most 1048576 keys).
+    #[arg(long, value_name = "N")]
+    key_count: Option<u64>,
+    /// get only: key order.
+    #[arg(long, value_enum, default_value = "seq")]
+    order: OrderArg,
+    /// Segment file size (default: the engine's, 64 MiB).
+    #[arg(long, value_parser = util::parse_segment_size, value_name = "BYTES")]
+    segment_size: Option<u64>,
+    /// Store capacity. Default: half the file system's free space, and on a memory file
+    /// system at most a quarter of the available RAM, so a long put run on /dev/shm stops at
+    /// "store full" instead of exhausting memory.
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    capacity: Option<u64>,
+    /// Runs to take the median of.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    repeat: u16,
+    /// put only: keys each thread keeps. 0 (default): keep every key and stop when the store
+    /// is full, which on a fresh store measures writing into newly allocated files. N > 0:
+    /// once a thread holds N keys, each put is followed by the removal of its oldest key (the
+    /// DAQ steady state: readout writes, a consumer removes), so segments are recycled and
+    /// reused and the run never fills the store; ops/s counts puts, removal cost included.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    keep: u64,
+    /// Do not verify each record's checksum on reads (the engine verifies by default; for
+    /// large values the checksum, not the copy, bounds `get`).
+    #[arg(long)]
+    no_verify_on_read: bool,
+    /// Create and pre-fault segment files when the store is opened, before anything is timed
+    /// (a DAQ buffer is allocated at start-up): BYTES of them, or without a value all of
+    /// --capacity. Without it, writes into a fresh store also measure the kernel allocating
+    /// and zeroing new file pages.
+    #[arg(long, requires = "capacity", num_args = 0..=1, default_missing_value = "all",
+          value_parser = util::parse_preallocate, value_name = "BYTES")]
+    preallocate: Option<u64>,
+    /// put only: track events, as a store does once a consumer claims or a policy is set. Every
+    /// put is then accounted to its event under the default policy (one fragment per event:
+    /// each put makes a READY event). Without it the store is used as a plain key-value store
+    /// and its puts do no event work at all.
+    #[arg(long)]
+    events: bool,
+    /// Values at least this long go to a block tier by direct I/O (O_DIRECT for their aligned
+    /// interior). Default: the engine's (256 KiB); `off` never.
+    #[arg(long, value_parser = parse_size_or_off, value_name = "BYTES|off")]
+    direct_io_min: Option<u64>,
+    /// Also measure a peer in the same run, alternating with hotstore's runs, and print both
+    /// with their ratio: `lmdb` (put: 1000 puts per transaction and one per transaction; get:
+    /// zero-copy reads; MDB_NOSYNC|MDB_WRITEMAP, one thread).
+    #[arg(long, value_enum)]
+    vs: Option<PeerArg>,
+}
+
+/// Measure how fast an open rebuilds the index.
+///
+/// Fills a fresh store in a temporary directory under --dir with --key-count values of
+/// --value-size bytes (16-byte fragment keys), closes it, and times two opens: from the
+/// segment summaries (a clean close, or segments sealed before a crash) and by scanning every
+/// record (summaries removed: the worst case). Prints records/s and value bytes/s of each.
+#[derive(Args)]
+pub struct RecoveryArgs {
+    /// File system to measure: the store goes in a fresh temporary directory under it
+    /// (default /dev/shm, else the system temp dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Value size in bytes.
+    #[arg(long, default_value = "10KiB", value_parser = parse_size, value_name = "BYTES")]
+    value_size: u64,
+    /// Values to store (default 200000).
+    #[arg(long, value_name = "N")]
+    key_count: Option<u64>,
+    /// Segment file size (default: the engine's, 64 MiB).
+    #[arg(long, value_parser = util::parse_segment_size, value_name = "BYTES")]
+    segment_size: Option<u64>,
+    /// Print one JSON object (op, dir, value_size, records, data_bytes, passes with
+    /// open_secs, records_per_sec, data_bytes_per_sec, segments_from_summary,
+    /// segments_scanned).
+    #[arg(long)]
+    json: bool,
 }
 
 /// Key order of `get`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Order {
+#[derive(Clone, Copy, ValueEnum)]
+enum OrderArg {
     /// Each thread walks the keys in key order from its own starting point.
     Seq,
     /// Uniformly random keys.
@@ -48,642 +160,407 @@ pub enum Order {
 }
 
 /// A peer measured beside hotstore in the same run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Peer {
+#[derive(Clone, Copy, ValueEnum)]
+enum PeerArg {
     /// LMDB (C, through heed) with MDB_NOSYNC | MDB_WRITEMAP: puts 1000 per transaction and
     /// one per transaction; gets zero-copy in read transactions.
     Lmdb,
 }
 
-/// One peer's figure in the report.
-#[derive(Debug, Clone, Serialize)]
-struct PeerResult {
-    name: String,
-    ops_per_sec: f64,
-    /// hotstore's ops/s over the peer's (same run, medians).
-    ratio: f64,
-}
-
-/// What to measure.
-pub struct Config {
-    /// Operation.
-    pub op: Op,
-    /// File system to measure (`None`: /dev/shm if present, else the temp dir).
-    pub dir: Option<PathBuf>,
-    /// Value size in bytes.
-    pub value_size: u64,
-    /// Threads.
-    pub threads: usize,
-    /// Durability of the writes (put, and populating for get).
-    pub durability: Durability,
-    /// Measured time per run.
-    pub duration: Duration,
-    /// Keys for get (`None`: about 256 MiB of values, at most 1 Mi keys).
-    pub key_count: Option<u64>,
-    /// Order for get.
-    pub order: Order,
-    /// Segment size (`None`: the engine default).
-    pub segment_size: Option<u64>,
-    /// Store capacity (`None`: automatic, see `auto_capacity`).
-    pub capacity: Option<u64>,
-    /// Measurements to take the median of.
-    pub repeat: usize,
-    /// Verify each record's checksum on reads (the engine default).
-    pub verify_on_read: bool,
-    /// put: keys each thread keeps; past it each put removes the thread's oldest key (0: all).
-    pub keep: u64,
-    /// Create and pre-fault the whole capacity when the store is opened (before timing).
-    /// `--preallocate`: bytes, or `util::PREALLOCATE_ALL` for all of the capacity.
-    pub preallocate: Option<u64>,
-    /// put: the store tracks events (default policy) during the run.
-    pub events: bool,
-    /// Values at least this long go by direct I/O (`None`: the engine default).
-    pub direct_io_min: Option<u64>,
-    /// A peer to measure in the same run, alternating with hotstore's runs.
-    pub vs: Option<Peer>,
-    /// One JSON object instead of text.
-    pub json: bool,
-}
-
-/// One measured window.
-#[derive(Debug, Clone, Serialize)]
-struct Run {
-    ops_per_sec: f64,
-    bytes_per_sec: f64,
-    ops: u64,
-    duration_secs: f64,
-    /// The store filled up before the duration ended; the figures cover the time until then.
-    stopped_full: bool,
-    /// Copying `get` (get only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    copy_ops_per_sec: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    copy_bytes_per_sec: Option<f64>,
-    /// put: times a writer had to make a segment file itself or wait for one (warm-up
-    /// included), and the time it spent so (see `Stats::waits`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    segment_waits: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    segment_wait_secs: Option<f64>,
-}
-
-/// The one JSON object `--json` prints.
-#[derive(Debug, Serialize)]
-struct Report {
-    op: Op,
-    value_size: u64,
-    threads: usize,
-    durability: &'static str,
-    /// Measured window of the median run.
-    duration_secs: f64,
-    requested_duration_secs: f64,
+/// Options of `bench dram`.
+#[derive(Args)]
+pub struct DramArgs {
+    /// Memory file system to put the store on (values must not count as DRAM).
+    #[arg(long, default_value = "/dev/shm")]
     dir: PathBuf,
-    domain: Domain,
-    segment_size: u64,
-    capacity_bytes: u64,
-    verify_on_read: bool,
-    /// put: the store tracked events (every put accounted to its event).
-    events_tracked: bool,
-    /// Values at least this long went by direct I/O, where the tier takes it.
-    direct_io_min_value_bytes: u64,
-    /// How bulk records reached the tier: direct, buffered or mapped.
-    bulk_write_path: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    keep: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    key_count: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    order: Option<Order>,
-    ops_per_sec: f64,
-    bytes_per_sec: f64,
-    stopped_full: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    copy_ops_per_sec: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    copy_bytes_per_sec: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    copy_ratio: Option<f64>,
-    limit_name: String,
-    limit_bytes_per_sec: f64,
-    ratio: f64,
+    /// Live keys to write.
+    #[arg(long, default_value_t = 10_000_000)]
+    keys: u64,
+    /// Fragments per event (keys sharing an event prefix).
+    #[arg(long, default_value_t = 1)]
+    fragments_per_event: u64,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// (Internal) open the store in this directory, print the RssAnon growth, exit: the
+    /// reopen is measured in a fresh process, where no freed memory can be reused.
+    #[arg(long, hide = true)]
+    measure_open: Option<PathBuf>,
+}
+
+/// Characterise a storage device: throughput against threads and request rate against block
+/// size, for each access method, as in the DUNE and neuroimaging papers.
+///
+/// Works in a fresh temporary directory under --path (removed afterwards) with one file per
+/// thread; at each thread count the files (--file-size in total) are preallocated and filled
+/// with a pattern once. Every point is: flush and drop the files from the page cache, start the
+/// threads, a warm-up, then the measured window of --duration; the figure is the median over
+/// --repeat runs. As in fio (invalidate=1), a thread drops its file's pages again each time it
+/// has gone once through the file, so buffered reads keep measuring the device, not a page
+/// cache holding the whole file (pages mapped by the mmap methods stay: the kernel keeps them). Writes end the window only after a final
+/// fdatasync (msync for mappings), so the figure includes reaching the device: "sync yes" in
+/// the table, `includes_sync` in JSON (--no-final-sync leaves it out, which measures the page
+/// cache). Reads are checked against the pattern (every byte during the warm-up, the first and
+/// last 8 bytes of each request while measured); each write thread reads back its last block.
+///
+/// Grid (default): request rate against every --block-size at the first --threads value
+/// (DUNE Fig. 2), and throughput against the other thread counts at 4 KiB and 1 MiB (Figs. 3,
+/// 5). --full-grid runs every combination.
+///
+/// Block sizes O_DIRECT cannot do on the file system (not a multiple of its O_DIRECT alignment,
+/// e.g. 256 and 5568 bytes on a 512-byte disk) are reported as skipped; a method the system
+/// refuses (io_uring blocked in a container, O_DIRECT on some file systems) as unavailable.
+///
+/// Example: hotstore bench device --path /var/tmp --method direct,uring --block-size 4K,1M
+#[derive(Args)]
+pub struct DeviceArgs {
+    /// Directory on the device to characterise (must exist).
+    #[arg(long)]
+    path: PathBuf,
+    /// Access methods, comma-separated: write (pwrite/pread through the page cache), direct
+    /// (O_DIRECT from 4 KiB-aligned buffers), uring (io_uring, O_DIRECT, --iodepth requests in
+    /// flight per thread), mmap (memcpy into a shared file mapping, msync at the end), mmap-nt
+    /// (non-temporal MOVNTDQ/MOVNTI stores + SFENCE per request into the mapping, the DUNE
+    /// paper's path; msync at the end), dsync (pwrite + fdatasync after every request).
+    #[arg(long, default_value = "write,direct,uring,mmap,mmap-nt,dsync")]
+    method: String,
+    /// Workloads, comma-separated: seq-write, seq-read, rand-write (uniformly random block
+    /// offsets: write IOPS). Reads use each method's read path (write: buffered pread, direct:
+    /// O_DIRECT pread, uring: io_uring O_DIRECT reads, mmap: memcpy from the mapping).
+    #[arg(long, default_value = "seq-write,seq-read,rand-write")]
+    workload: String,
+    /// Block (request) sizes, comma-separated: 256, 4K, 5568, 64KiB, 1M ...
+    #[arg(long, default_value = "256,4K,5568,64K,1M")]
+    block_size: String,
+    /// Thread counts, comma-separated, each thread on its own file [default: 1,2,4, without
+    /// those above twice the number of CPUs].
+    #[arg(long)]
+    threads: Option<String>,
+    /// Run every block size at every thread count, not just the papers' grid.
+    #[arg(long)]
+    full_grid: bool,
+    /// Seconds measured per run.
+    #[arg(long, default_value = "0.5", value_parser = parse_secs)]
+    duration: f64,
+    /// Seconds of warm-up before each measured window (not counted).
+    #[arg(long, default_value = "0.1", value_parser = parse_secs)]
+    warmup: f64,
+    /// Runs per point; the median is reported.
+    #[arg(long, default_value_t = 3)]
     repeat: usize,
-    runs: Vec<Run>,
-    /// Peers measured in the same run (`--vs`), medians of as many runs.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    peers: Vec<PeerResult>,
-    /// put --vs lmdb: hotstore / LMDB with 1000 puts per transaction.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ratio_vs_lmdb_batched: Option<f64>,
-    /// get --vs lmdb: hotstore / LMDB.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ratio_vs_lmdb: Option<f64>,
+    /// io_uring requests in flight per thread (method uring).
+    #[arg(long, default_value_t = 32)]
+    iodepth: usize,
+    /// Total size of the per-thread files at each thread count (each thread gets an equal
+    /// share and wraps around in it).
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    file_size: u64,
+    /// End write windows without the final fdatasync/msync: the figure then measures reaching
+    /// the page cache, not the device (except for dsync, which syncs every request).
+    #[arg(long)]
+    no_final_sync: bool,
+    /// Print one JSON object (settings, file system, `results` list) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Also write the results as CSV to this file.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Write PNG figures into this directory (created if missing): per workload,
+    /// device-<workload>-threads.png (throughput against threads per block size) and
+    /// device-<workload>-blocks.png (request rate against block size per thread count).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Also run fio (which must be installed) on the same files and pattern where it has the
+    /// same method, and print its figure and our/fio ratio beside ours.
+    #[arg(long)]
+    vs_fio: bool,
 }
 
-fn durability_name(d: Durability) -> &'static str {
-    match d {
-        Durability::Memory => "memory",
-        Durability::Persisted => "persisted",
-    }
-}
-
-/// Free bytes of the file system under `dir` (for unprivileged users).
-fn fs_free_bytes(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // Safety: `c` is NUL-terminated and `st` is writable memory of the size statvfs fills.
-    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
-        return None;
-    }
-    // Safety: statvfs returned 0, so it initialised the struct.
-    let st = unsafe { st.assume_init() };
-    #[allow(
-        clippy::unnecessary_cast,
-        reason = "fsblkcnt_t and c_ulong are 32 bits on some targets"
-    )]
-    let free = (st.f_bavail as u64).saturating_mul(st.f_frsize as u64);
-    Some(free)
-}
-
-/// `MemAvailable` from /proc/meminfo.
-fn mem_available_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
-/// Half the free space of the file system, and on a memory file system at most a quarter of
-/// the available RAM, in whole segments.
-fn auto_capacity(dir: &Path, segment_size: u64) -> CliResult<u64> {
-    let Some(free) = fs_free_bytes(dir) else {
-        return fail(format!(
-            "cannot tell the free space under {}: give --capacity",
-            dir.display()
-        ));
-    };
-    let mut cap = free / 2;
-    if limits::is_memory_fs(dir) {
-        if let Some(mem) = mem_available_bytes() {
-            cap = cap.min(mem / 4);
+/// Splits a comma-separated option, refusing empty items and dropping repeated ones.
+fn list<T>(opt: &str, s: &str, parse: impl Fn(&str) -> Result<T, String>) -> CliResult<Vec<T>>
+where
+    T: PartialEq,
+{
+    let mut out = Vec::new();
+    for item in s.split(',') {
+        if item.trim().is_empty() {
+            return fail(format!("--{opt}: empty item in `{s}`"));
+        }
+        let v = parse(item.trim()).map_err(|e| CliError::Msg(format!("--{opt}: {e}")))?;
+        if !out.contains(&v) {
+            out.push(v);
         }
     }
-    let cap = cap - cap % segment_size;
-    if cap < 4 * segment_size {
+    Ok(out)
+}
+
+const MAX_THREADS: usize = 256;
+const MAX_BLOCK: u64 = 1 << 30;
+
+/// The options of `bench device` as the library's configuration: the lists split and parsed,
+/// every value checked against its bounds.
+fn device_config(a: DeviceArgs) -> CliResult<device::Config> {
+    if !a.path.is_dir() {
         return fail(format!(
-            "only {} free under {}: too little for a benchmark store of 4 segments of {}",
-            human_bytes(free as f64),
-            dir.display(),
-            human_bytes(segment_size as f64)
+            "--path {}: not an existing directory",
+            a.path.display()
         ));
     }
-    Ok(cap)
-}
-
-/// Opens a fresh store in a new temporary directory under `base`.
-fn fresh_store(
-    base: &Path,
-    cfg: &Config,
-    segment_size: u64,
-    capacity: u64,
-) -> CliResult<(ScratchDir, Store)> {
-    let tmp = temp_dir_in(base)?;
-    let default_lanes = StoreOptions::new(tmp.path()).lanes;
-    let store = Store::builder(tmp.path())
-        .segment_size_bytes(usize::try_from(segment_size).unwrap_or(usize::MAX))
-        .lanes(cfg.threads.max(default_lanes))
-        .tier(TierSpec::new(".").capacity_bytes(capacity))
-        .verify_on_read(cfg.verify_on_read)
-        .preallocate_bytes(hotstore_bench::util::preallocate_bytes(
-            cfg.preallocate,
-            capacity,
-        )?)
-        .direct_io_min_value_bytes(
-            cfg.direct_io_min
-                .map_or(hotstore::DIRECT_IO_MIN_VALUE_BYTES, |m| {
-                    usize::try_from(m).unwrap_or(usize::MAX)
-                }),
-        )
-        .open()?;
-    Ok((tmp, store))
-}
-
-/// The first tier's domain and bulk write path.
-fn tier_paths(store: &Store) -> (Domain, &'static str) {
-    let s = store.stats();
-    (s.tiers[0].domain, s.tiers[0].bulk_write_path)
-}
-
-fn put_run(
-    base: &Path,
-    cfg: &Config,
-    seg: u64,
-    cap: u64,
-) -> CliResult<(Run, (Domain, &'static str))> {
-    let (tmp, store) = fresh_store(base, cfg, seg, cap)?;
-    let domain = tier_paths(&store);
-    if cfg.events {
-        // Setting a policy is an event call: the store tracks events from here on.
-        store.set_event_policy(hotstore::EventPolicy::default())?;
-    }
-    let value = value_buffer(cfg.value_size as usize);
-    let w = measure(cfg.threads, cfg.duration, |t, counter, flags| {
-        let mut n = 0u64;
-        while !flags.stop.load(Ordering::Relaxed) {
-            match store.put(&key(t, n), &value, cfg.durability) {
-                Ok(()) => {}
-                Err(e) if e.is_full() => {
-                    flags.full.store(true, Ordering::Release);
-                    return;
-                }
-                Err(e) => return flags.fail(e.to_string()),
-            }
-            if cfg.keep > 0 && n >= cfg.keep {
-                match store.remove(&key(t, n - cfg.keep), cfg.durability) {
-                    Ok(true) => {}
-                    Ok(false) => return flags.fail(format!("key {} vanished", n - cfg.keep)),
-                    Err(e) if e.is_full() => {
-                        flags.full.store(true, Ordering::Release);
-                        return;
-                    }
-                    Err(e) => return flags.fail(e.to_string()),
-                }
-            }
-            n += 1;
-            counter.store(n, Ordering::Relaxed);
+    let methods = list("method", &a.method, Method::parse)?;
+    let workloads = list("workload", &a.workload, Workload::parse)?;
+    let blocks = list("block-size", &a.block_size, |s| {
+        let b = parse_size(s)?;
+        if b == 0 || b > MAX_BLOCK {
+            return Err(format!("`{s}`: a block size must be 1 byte to 1 GiB"));
         }
+        Ok(b as usize)
     })?;
-    let waits = store.stats().waits;
-    store.close()?;
-    drop(tmp);
-    let mut run = run_of(&w, cfg.value_size);
-    run.segment_waits = Some(waits.segment.count);
-    run.segment_wait_secs = Some(waits.segment.total_ns as f64 / 1e9);
-    Ok((run, domain))
-}
-
-fn run_of(w: &Window, value_size: u64) -> Run {
-    let secs = w.secs.max(1e-9);
-    Run {
-        ops_per_sec: w.ops as f64 / secs,
-        bytes_per_sec: (w.ops * value_size) as f64 / secs,
-        ops: w.ops,
-        duration_secs: w.secs,
-        stopped_full: w.stopped_full,
-        copy_ops_per_sec: None,
-        copy_bytes_per_sec: None,
-        segment_waits: None,
-        segment_wait_secs: None,
-    }
-}
-
-/// Writes keys `0..n` (fragment keys of run 0) with all threads, then makes them durable.
-fn populate(store: &Store, cfg: &Config, n: u64) -> CliResult<()> {
-    let value = value_buffer(cfg.value_size as usize);
-    let threads = cfg.threads as u64;
-    let errors: Vec<String> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let value = &value;
-                scope.spawn(move || -> Result<(), String> {
-                    for i in (t * n / threads)..((t + 1) * n / threads) {
-                        store
-                            .put(&key(0, i), value, cfg.durability)
-                            .map_err(|e| format!("populating key {i}: {e}"))?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .filter_map(|h| match h.join() {
-                Ok(r) => r.err(),
-                Err(_) => Some("a populating thread panicked".into()),
-            })
-            .collect()
-    });
-    if let Some(e) = errors.into_iter().next() {
-        return fail(e);
-    }
-    store.flush()?;
-    Ok(())
-}
-
-/// Measures gets of keys `0..n`: zero-copy (`get_with`) or copying (`get`).
-fn get_window(store: &Store, cfg: &Config, n: u64, copy: bool) -> CliResult<Window> {
-    let threads = cfg.threads as u64;
-    measure(cfg.threads, cfg.duration, |t, counter, flags| {
-        let mut i = t as u64 * n / threads;
-        // xorshift64: cheap enough not to show in the figures.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (t as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        let mut done = 0u64;
-        while !flags.stop.load(Ordering::Relaxed) {
-            let k = match cfg.order {
-                Order::Seq => {
-                    i += 1;
-                    if i >= n {
-                        i = 0;
-                    }
-                    i
-                }
-                Order::Random => {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x % n
-                }
-            };
-            let got = if copy {
-                store.get(&key(0, k)).map(|v| v.map(|v| black_box(v).len()))
-            } else {
-                store.get_with(&key(0, k), |v| black_box(v[0]) as usize)
-            };
-            match got {
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    return flags.fail(format!("key {k} written by the benchmark is missing"))
-                }
-                Err(e) => return flags.fail(e.to_string()),
-            }
-            done += 1;
-            counter.store(done, Ordering::Relaxed);
+    let threads = match &a.threads {
+        Some(t) => list("threads", t, |s| match s.parse::<usize>() {
+            Ok(n) if (1..=MAX_THREADS).contains(&n) => Ok(n),
+            _ => Err(format!("`{s}`: a thread count must be 1 to {MAX_THREADS}")),
+        })?,
+        None => {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            [1, 2, 4]
+                .into_iter()
+                .filter(|t| *t == 1 || *t <= 2 * cpus)
+                .collect()
         }
+    };
+    if !(1..=1000).contains(&a.repeat) {
+        return fail(format!("--repeat {}: must be 1 to 1000", a.repeat));
+    }
+    if !(1..=4096).contains(&a.iodepth) {
+        return fail(format!("--iodepth {}: must be 1 to 4096", a.iodepth));
+    }
+    let max_threads = threads.iter().copied().max().unwrap_or(1);
+    if device::file_bytes(a.file_size, max_threads) == 0 {
+        return fail(format!(
+            "--file-size {}: too small for {max_threads} threads (each needs at least 4 KiB)",
+            a.file_size
+        ));
+    }
+    Ok(device::Config {
+        path: a.path,
+        methods,
+        workloads,
+        blocks,
+        threads,
+        full_grid: a.full_grid,
+        warmup: Duration::from_secs_f64(a.warmup),
+        duration: Duration::from_secs_f64(a.duration),
+        repeat: a.repeat,
+        iodepth: a.iodepth,
+        include_sync: !a.no_final_sync,
+        file_size_total: a.file_size,
+        vs_fio: a.vs_fio,
+        plot: a.plot,
+        csv: a.csv,
     })
 }
 
-fn median_index(runs: &[Run]) -> usize {
-    let mut idx: Vec<usize> = (0..runs.len()).collect();
-    idx.sort_by(|&a, &b| runs[a].ops_per_sec.total_cmp(&runs[b].ops_per_sec));
-    idx[idx.len() / 2]
+/// The papers' sizing models, for given or measured rates.
+///
+/// Extra DRAM (DUNE Fig. 6): data arriving at --input while storage takes it at --output piles
+/// up in memory: extra DRAM = (input - output) x --duration. Give --output (several,
+/// comma-separated, draw one line each with --plot) or --output-path DIR to measure the write
+/// bandwidth of DIR (O_DIRECT 1 MiB sequential writes, final fdatasync counted; buffered writes
+/// + fdatasync where O_DIRECT is refused).
+///
+/// Makespan bound (neuroimaging Eq. 1): a job that reads --data-size D and writes D takes at
+/// least M >= D/R + D/W. Give --read-rate R and --write-rate W, or --path DIR to measure
+/// whichever is missing (O_DIRECT 1 MiB sequential reads and writes).
+///
+/// Rates: 10GB/s, 1.2 GB/s, 800MiB/s, 5e9 (bytes/s). KB, MB, GB, TB are powers of 1000 (as in
+/// the papers); K/KiB, M/MiB, G/GiB, T/TiB powers of 1024. Durations: 100s, 100, 5min, 2h.
+///
+/// Example: hotstore bench model --input 10GB/s --output 1.2GB/s,5GB/s,8GB/s --duration 100s
+/// --plot backlog.png
+#[derive(Args)]
+pub struct ModelArgs {
+    /// Input (arrival) rate, e.g. 10GB/s.
+    #[arg(long, value_parser = model::parse_rate)]
+    input: Option<f64>,
+    /// Output (storage) rate(s), comma-separated, e.g. 1.2GB/s or 2GB/s,5GB/s,8GB/s.
+    #[arg(long, conflicts_with = "output_path")]
+    output: Option<String>,
+    /// Measure the output rate as the write bandwidth of this directory.
+    #[arg(long)]
+    output_path: Option<PathBuf>,
+    /// Recording time for the extra-DRAM model, e.g. 100s.
+    #[arg(long, value_parser = model::parse_duration)]
+    duration: Option<f64>,
+    /// DRAM available for the backlog, e.g. 256GB: also print how long it lasts at each output
+    /// rate.
+    #[arg(long, value_parser = model::parse_bytes)]
+    dram: Option<f64>,
+    /// Write the backlog over time (one line per output rate, the duration marked) as a PNG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Data read and written by the job, for the makespan bound, e.g. 76GB.
+    #[arg(long, value_parser = model::parse_bytes)]
+    data_size: Option<f64>,
+    /// Device read bandwidth R, e.g. 2GB/s.
+    #[arg(long, value_parser = model::parse_rate)]
+    read_rate: Option<f64>,
+    /// Device write bandwidth W, e.g. 500MB/s.
+    #[arg(long, value_parser = model::parse_rate)]
+    write_rate: Option<f64>,
+    /// Measure R and/or W (whichever is not given) on this directory.
+    #[arg(long)]
+    path: Option<PathBuf>,
+    /// Seconds measured per run (3 runs, median) when measuring a directory.
+    #[arg(long, default_value = "1", value_parser = parse_secs)]
+    measure_duration: f64,
+    /// Size of the temporary file used when measuring a directory.
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    measure_size: u64,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
-const LMDB_BATCHED: &str = "lmdb batched (1000 puts/txn, NOSYNC|WRITEMAP)";
-const LMDB_SINGLE: &str = "lmdb single (1 put/txn, NOSYNC|WRITEMAP)";
-const LMDB_GET: &str = "lmdb get (zero-copy, read txn per 1000)";
+impl From<OrderArg> for bench::Order {
+    fn from(o: OrderArg) -> Self {
+        match o {
+            OrderArg::Seq => bench::Order::Seq,
+            OrderArg::Random => bench::Order::Random,
+        }
+    }
+}
 
-/// Runs the benchmark and prints its result.
-pub fn run(cfg: &Config) -> CliResult<()> {
-    if cfg.value_size == 0 || cfg.value_size > MAX_VALUE_LEN {
-        return fail(format!(
-            "--value-size must be 1 to {MAX_VALUE_LEN} bytes, not {}",
-            cfg.value_size
-        ));
-    }
-    let base = crate::bench_harness::base_dir(cfg.dir.as_deref())?;
-    let seg = cfg
-        .segment_size
-        .unwrap_or(StoreOptions::new(&base).segment_size_bytes as u64);
-    let cap = match cfg.capacity {
-        Some(c) => c,
-        None => auto_capacity(&base, seg)?,
-    };
-    if !cfg.json {
-        eprintln!("measuring the machine's limit under {} ...", base.display());
-    }
-    let limit: Limit = match cfg.op {
-        Op::Put => limits::write_limit_for(&base, cfg.threads, LIMIT_RUN),
-        Op::Get => limits::memcpy_bandwidth(cfg.threads, MEMCPY_BUFFER_BYTES, LIMIT_RUN, 3),
-    };
-    let mut runs = Vec::with_capacity(cfg.repeat);
-    let mut domain = (Domain::Volatile, "mapped");
-    let mut key_count = None;
-    // Peer name -> its ops/s in each run.
-    let mut peer_runs: Vec<(String, Vec<f64>)> = Vec::new();
-    let mut peer_run = |name: &str, w: &Window| {
-        let rate = w.ops as f64 / w.secs.max(1e-9);
-        match peer_runs.iter_mut().find(|(n, _)| n == name) {
-            Some((_, v)) => v.push(rate),
-            None => peer_runs.push((name.to_string(), vec![rate])),
-        }
-    };
-    if cfg.vs.is_some() {
-        crate::bench_lmdb::check(cfg.threads)?;
-    }
-    match cfg.op {
-        Op::Put => {
-            for _ in 0..cfg.repeat {
-                let (r, d) = put_run(&base, cfg, seg, cap)?;
-                domain = d;
-                runs.push(r);
-                if cfg.vs == Some(Peer::Lmdb) {
-                    let size = cfg.value_size as usize;
-                    for (name, batch) in
-                        [(LMDB_BATCHED, crate::bench_lmdb::BATCH), (LMDB_SINGLE, 1)]
-                    {
-                        let w =
-                            crate::bench_lmdb::put_window(&base, size, batch, cfg.duration, cap)?;
-                        peer_run(name, &w);
-                    }
-                }
-            }
-        }
-        Op::Get => {
-            let n = cfg
-                .key_count
-                .unwrap_or((GET_DEFAULT_BYTES / cfg.value_size).clamp(1, GET_MAX_KEYS));
-            if n == 0 {
-                return fail("--key-count must be at least 1");
-            }
-            key_count = Some(n);
-            let (tmp, store) = fresh_store(&base, cfg, seg, cap)?;
-            domain = tier_paths(&store);
-            if !cfg.json {
-                eprintln!("populating {n} keys ...");
-            }
-            populate(&store, cfg, n)?;
-            for _ in 0..cfg.repeat {
-                let mut r = run_of(&get_window(&store, cfg, n, false)?, cfg.value_size);
-                let c = run_of(&get_window(&store, cfg, n, true)?, cfg.value_size);
-                r.copy_ops_per_sec = Some(c.ops_per_sec);
-                r.copy_bytes_per_sec = Some(c.bytes_per_sec);
-                runs.push(r);
-                if cfg.vs == Some(Peer::Lmdb) {
-                    let map = (n * (cfg.value_size + 64) * 3).max(64 << 20);
-                    let w = crate::bench_lmdb::get_window(
-                        &base,
-                        cfg.value_size as usize,
-                        n,
-                        cfg.order == Order::Random,
-                        cfg.duration,
-                        map,
-                    )?;
-                    peer_run(LMDB_GET, &w);
-                }
-            }
-            store.close()?;
-            drop(tmp);
+impl From<PeerArg> for bench::Peer {
+    fn from(p: PeerArg) -> Self {
+        match p {
+            PeerArg::Lmdb => bench::Peer::Lmdb,
         }
     }
-    let mut m = runs[median_index(&runs)].clone();
-    // The copying figures get their own median (the runs are ordered by zero-copy ops/s).
-    let mut copies: Vec<(f64, f64)> = runs
-        .iter()
-        .filter_map(|r| Some((r.copy_ops_per_sec?, r.copy_bytes_per_sec?)))
-        .collect();
-    copies.sort_by(|a, b| a.0.total_cmp(&b.0));
-    if let Some(&(o, b)) = copies.get(copies.len() / 2) {
-        m.copy_ops_per_sec = Some(o);
-        m.copy_bytes_per_sec = Some(b);
+}
+
+/// Runs a `bench` subcommand.
+pub fn run(cmd: BenchCommand) -> CliResult<ExitCode> {
+    match cmd {
+        BenchCommand::Put(a) => run_put_get(bench::Op::Put, a)?,
+        BenchCommand::Get(a) => run_put_get(bench::Op::Get, a)?,
+        BenchCommand::Recovery(a) => run_recovery(a)?,
+        BenchCommand::Dram(a) => run_dram(a)?,
+        BenchCommand::Device(a) => return run_device(a),
+        BenchCommand::Model(a) => run_model(a)?,
     }
-    let peers: Vec<PeerResult> = peer_runs
-        .into_iter()
-        .map(|(name, mut v)| {
-            v.sort_by(f64::total_cmp);
-            let ops = v[v.len() / 2];
-            PeerResult {
-                name,
-                ops_per_sec: ops,
-                ratio: m.ops_per_sec / ops.max(1e-9),
-            }
-        })
-        .collect();
-    let peer_ratio = |name: &str| peers.iter().find(|p| p.name == name).map(|p| p.ratio);
-    let ratio_vs_lmdb_batched = peer_ratio(LMDB_BATCHED);
-    let ratio_vs_lmdb = peer_ratio(LMDB_GET);
-    let ratio = m.bytes_per_sec / limit.bytes_per_sec.max(1e-9);
-    let copy_ratio = m
-        .copy_bytes_per_sec
-        .map(|b| b / limit.bytes_per_sec.max(1e-9));
-    let report = Report {
-        op: cfg.op,
-        value_size: cfg.value_size,
-        threads: cfg.threads,
-        durability: durability_name(cfg.durability),
-        duration_secs: m.duration_secs,
-        requested_duration_secs: cfg.duration.as_secs_f64(),
-        dir: base,
-        domain: domain.0,
-        segment_size: seg,
-        capacity_bytes: cap,
-        verify_on_read: cfg.verify_on_read,
-        events_tracked: cfg.events && cfg.op == Op::Put,
-        direct_io_min_value_bytes: cfg
-            .direct_io_min
-            .unwrap_or(hotstore::DIRECT_IO_MIN_VALUE_BYTES as u64),
-        bulk_write_path: domain.1,
-        keep: (cfg.op == Op::Put && cfg.keep > 0).then_some(cfg.keep),
-        key_count,
-        order: (cfg.op == Op::Get).then_some(cfg.order),
-        ops_per_sec: m.ops_per_sec,
-        bytes_per_sec: m.bytes_per_sec,
-        stopped_full: m.stopped_full,
-        copy_ops_per_sec: m.copy_ops_per_sec,
-        copy_bytes_per_sec: m.copy_bytes_per_sec,
-        copy_ratio,
-        limit_name: limit.name,
-        limit_bytes_per_sec: limit.bytes_per_sec,
-        ratio,
-        repeat: cfg.repeat,
-        runs,
-        peers,
-        ratio_vs_lmdb_batched,
-        ratio_vs_lmdb,
-    };
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a report: one JSON object, or its text.
+fn print<R: serde::Serialize + std::fmt::Display>(report: &R, json: bool) -> CliResult<()> {
     let mut out = Out::new();
-    if cfg.json {
-        out.line(serde_json::to_string(&report)?)?;
+    if json {
+        out.line(serde_json::to_string(report)?)?;
     } else {
-        print_human(&mut out, &report)?;
+        out.line(report)?;
     }
     out.flush()
 }
 
-fn rate(ops: f64, bytes: f64) -> String {
-    format!("{} ops/s, {}/s", human_count(ops), human_bytes(bytes))
+fn run_put_get(op: bench::Op, a: BenchArgs) -> CliResult<()> {
+    let report = bench::run(&bench::Config {
+        op,
+        dir: a.dir,
+        value_size: a.value_size,
+        threads: a.threads as usize,
+        durability: a.durability.into(),
+        duration: Duration::from_secs_f64(a.duration),
+        key_count: a.key_count,
+        order: a.order.into(),
+        segment_size: a.segment_size,
+        capacity: a.capacity,
+        repeat: a.repeat as usize,
+        verify_on_read: !a.no_verify_on_read,
+        keep: a.keep,
+        preallocate: a.preallocate,
+        events: a.events,
+        direct_io_min: a.direct_io_min,
+        vs: a.vs.map(Into::into),
+        progress: !a.json,
+    })?;
+    print(&report, a.json)
 }
 
-fn print_human(out: &mut Out, r: &Report) -> CliResult<()> {
-    let op = match r.op {
-        Op::Put => "put",
-        Op::Get => "get",
+fn run_recovery(a: RecoveryArgs) -> CliResult<()> {
+    let report = bench_recovery::run(&bench_recovery::Config {
+        dir: a.dir,
+        key_count: a.key_count,
+        value_size: a.value_size,
+        segment_size: a.segment_size,
+    })?;
+    print(&report, a.json)
+}
+
+fn run_dram(a: DramArgs) -> CliResult<()> {
+    if let Some(dir) = &a.measure_open {
+        // The reopen `run` measures in a process of its own (this one, re-run).
+        let (entries, grown) = bench_dram::measure_open(dir)?;
+        let mut out = Out::new();
+        out.line(format_args!("{entries} {grown}"))?;
+        return out.flush();
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::Msg(format!("cannot find this program: {e}")))?;
+    let cfg = bench_dram::Config {
+        dir: a.dir,
+        keys: a.keys,
+        fragments_per_event: a.fragments_per_event,
+        reopen: vec![
+            exe.into(),
+            "bench".into(),
+            "dram".into(),
+            "--measure-open".into(),
+        ],
     };
-    out.line(format_args!(
-        "bench {op}: {} values ({} bytes), {} thread(s), durability {}, {:.1} s per run after {:.1} s warm-up",
-        human_bytes(r.value_size as f64),
-        r.value_size,
-        r.threads,
-        r.durability,
-        r.requested_duration_secs,
-        WARMUP.as_secs_f64()
-    ))?;
-    out.line(format_args!(
-        "store:  fresh store under {} ({}), segments {}, capacity {}",
-        r.dir.display(),
-        r.domain,
-        human_bytes(r.segment_size as f64),
-        human_bytes(r.capacity_bytes as f64)
-    ))?;
-    if r.events_tracked {
-        out.line(format_args!(
-            "events: tracked (default policy): every put is accounted to its event"
-        ))?;
+    let mut out = Out::new();
+    let report = if a.json {
+        bench_dram::run(&cfg, &mut std::io::sink())?
+    } else {
+        bench_dram::run(&cfg, &mut out)?
+    };
+    if a.json {
+        out.line(serde_json::to_string(&report)?)?;
+    } else {
+        out.line(&report)?;
     }
-    if let Some(k) = r.keep {
-        out.line(format_args!(
-            "keys:   each thread keeps its newest {k} keys: every put also removes the oldest"
-        ))?;
+    out.flush()
+}
+
+fn run_device(a: DeviceArgs) -> CliResult<ExitCode> {
+    let json = a.json;
+    let outcome = device::run(&device_config(a)?)?;
+    let mut out = Out::new();
+    if json {
+        out.line(serde_json::to_string(&outcome.json()?)?)?;
+    } else {
+        out.line(&outcome)?;
     }
-    if let (Some(n), Some(order)) = (r.key_count, r.order) {
-        out.line(format_args!(
-            "keys:   {n} keys, {} order, checksums {} on reads",
-            match order {
-                Order::Seq => "sequential",
-                Order::Random => "random",
-            },
-            if r.verify_on_read {
-                "verified"
-            } else {
-                "NOT verified"
-            }
-        ))?;
+    out.flush()?;
+    match outcome.failure() {
+        Some(why) => fail(why),
+        None => Ok(ExitCode::SUCCESS),
     }
-    for (i, run) in r.runs.iter().enumerate() {
-        let mut line = format!(
-            "run {}:  {} over {:.2} s",
-            i + 1,
-            rate(run.ops_per_sec, run.bytes_per_sec),
-            run.duration_secs
-        );
-        if let (Some(o), Some(b)) = (run.copy_ops_per_sec, run.copy_bytes_per_sec) {
-            line += &format!("; copying get: {}", rate(o, b));
-        }
-        if let (Some(n), Some(secs)) = (run.segment_waits, run.segment_wait_secs) {
-            if n > 0 {
-                line +=
-                    &format!("; writers waited for a segment file {n} times, {secs:.3} s in all");
-            }
-        }
-        if run.stopped_full {
-            line += " (store full: stopped early)";
-        }
-        out.line(line)?;
-    }
-    out.line(format_args!(
-        "result: {} (median of {})",
-        rate(r.ops_per_sec, r.bytes_per_sec),
-        r.runs.len()
-    ))?;
-    for p in &r.peers {
-        out.line(format_args!(
-            "peer:   {}: {} ops/s (hotstore {:.2}x)",
-            p.name,
-            human_count(p.ops_per_sec),
-            p.ratio
-        ))?;
-    }
-    if let (Some(o), Some(b)) = (r.copy_ops_per_sec, r.copy_bytes_per_sec) {
-        out.line(format_args!("        copying get: {}", rate(o, b)))?;
-    }
-    out.line(format_args!(
-        "limit:  {}: {}/s",
-        r.limit_name,
-        human_bytes(r.limit_bytes_per_sec)
-    ))?;
-    let mut ratio = format!("ratio:  {:.3} of the limit", r.ratio);
-    if let Some(c) = r.copy_ratio {
-        ratio += &format!(" (copying get: {c:.3})");
-    }
-    out.line(ratio)
+}
+
+fn run_model(a: ModelArgs) -> CliResult<()> {
+    let report = model_cmd::run(&model_cmd::Config {
+        input: a.input,
+        output: a.output,
+        output_path: a.output_path,
+        duration: a.duration,
+        dram: a.dram,
+        plot: a.plot,
+        data_size: a.data_size,
+        read_rate: a.read_rate,
+        write_rate: a.write_rate,
+        path: a.path,
+        measure_duration: Duration::from_secs_f64(a.measure_duration),
+        measure_size: a.measure_size,
+    })?;
+    print(&report, a.json)
 }

@@ -80,6 +80,17 @@ impl Out {
     }
 }
 
+/// For the libraries that stream lines while they run (`bench dram`, `minidaq --sweep`).
+impl Write for Out {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
 fn io_out(e: io::Error) -> CliError {
     if e.kind() == io::ErrorKind::BrokenPipe {
         CliError::BrokenPipe

@@ -1,8 +1,8 @@
 //! `hotstore record`: trigger-driven recording of continuous streams (the DUNE supernova
 //! buffer), and its `verify`, `export` and `send` subcommands. The recorder itself is the
-//! `hotstore-recorder` crate; this module is its command line, output and plot.
+//! `hotstore-recorder` crate and its plot `hotstore_bench::recorder_plot`; this module is its
+//! command line and output.
 
-mod plot;
 mod readback;
 mod run;
 

@@ -415,8 +415,15 @@ fn summarize(
             .flat_map(|m| m.triggers_ns.iter())
             .map(|&ns| ns.saturating_sub(r.started_unix_ns) as f64 / 1e9)
             .collect();
-        super::plot::plot(path, &r.samples, &triggers, write_rate, t.input_rate, bound)
-            .map_err(|e| err(format!("plot {}: {e}", path.display())))?;
+        hotstore_bench::recorder_plot::plot(
+            path,
+            &r.samples,
+            &triggers,
+            write_rate,
+            t.input_rate,
+            bound,
+        )
+        .map_err(|e| err(format!("plot {}: {e}", path.display())))?;
     }
     let all_complete = !r.recordings.is_empty()
         && r.recordings

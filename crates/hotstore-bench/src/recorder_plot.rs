@@ -1,8 +1,9 @@
-//! `record --plot`: input, stored and dropped rates and the DRAM backlog over time, with the
-//! backlog model (input - output) x time from each trigger, the configured bound and the
-//! triggers (DUNE Fig. 6). Binary units (MiB), as in the text summary.
+//! `record --plot`: a recording run's input, stored and dropped rates and the DRAM backlog over
+//! time (from the `hotstore-recorder` crate's samples), with the backlog model
+//! (input - output) x time from each trigger, the configured bound and the triggers (DUNE
+//! Fig. 6). Binary units (MiB), as in the text summary.
 
-use hotstore_bench::plot::{ensure_font, write_png, PlotError, FONT, PALETTE};
+use crate::plot::{ensure_font, write_png, PlotError, FONT, PALETTE};
 use hotstore_recorder::Sample;
 use plotters::prelude::*;
 use std::path::Path;
@@ -59,7 +60,9 @@ fn draw_triggers<DB: DrawingBackend>(
     Ok(())
 }
 
-/// Draws the chart.
+/// Draws the chart of a run's `samples` to the PNG `path`: `triggers` in seconds from the
+/// start, the sustained `output_rate` and the `input_rate` (bytes/s) of the backlog model, and
+/// the DRAM `bound` (bytes).
 pub fn plot(
     path: &Path,
     samples: &[Sample],

@@ -2,11 +2,12 @@
 //! Figs. 3 and 5), request rate against block size per thread count (Fig. 2), one panel per
 //! method; and the DRAM backlog over time for several output rates (Fig. 6).
 //!
-//! Drawn with the shared toolkit of `hotstore_bench::plot`, like the minidaq charts (the same
+//! Drawn with the shared toolkit of `crate::plot`, like the minidaq charts (the same
 //! fonts, palette and labels). Units: GB is 10^9 bytes.
 
-use super::report::{block_label, PointResult};
-use hotstore_bench::plot::{ensure_font, si, write_png, PlotError, FONT, PALETTE};
+use super::report::PointResult;
+use crate::plot::{ensure_font, si, write_png, PlotError, FONT, PALETTE};
+use crate::util::exact_bytes;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
@@ -108,7 +109,7 @@ pub(super) fn plot_threads(
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             chart
                 .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-                .label(block_label(*b))
+                .label(exact_bytes(*b))
                 .legend(move |(x, y)| {
                     PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2))
                 });

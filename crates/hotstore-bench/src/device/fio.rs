@@ -17,7 +17,7 @@
 //! it in its runtime too).
 
 use super::methods::{Method, Workload};
-use crate::util::{fail, CliResult};
+use crate::{fail, Result};
 use std::io;
 use std::path::Path;
 use std::process::Command;
@@ -45,7 +45,7 @@ pub(super) struct FioJob<'a> {
 }
 
 /// fio's version, or a clear error if fio is not installed.
-pub(super) fn check_installed() -> CliResult<String> {
+pub(super) fn check_installed() -> Result<String> {
     match Command::new("fio").arg("--version").output() {
         Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).trim().to_string()),
         Ok(o) => fail(format!(

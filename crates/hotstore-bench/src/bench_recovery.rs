@@ -2,25 +2,26 @@
 //! closed cleanly, or whose segments were sealed before a crash) and by scanning every record
 //! (summaries removed: the worst case, as for tails open at a crash).
 
-use crate::bench_harness::temp_dir_in;
-use crate::util::CliResult;
+use crate::bench_harness::{base_dir, temp_dir_in};
+use crate::util::{human_bytes, human_count};
+use crate::{Error, Result};
 use hotstore::{Durability, FragmentKey, Store};
-use hotstore_bench::util::{human_bytes, human_count};
 use serde::Serialize;
-use std::path::Path;
+use std::fmt;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// What to measure: the few settings of `hotstore bench` this mode reads (handed over by
-/// `bench`, so this module does not import it).
-pub struct Params {
+/// What to measure (`hotstore bench recovery`'s options).
+pub struct Config {
+    /// File system to measure: the store goes in a fresh temporary directory under it (`None`:
+    /// /dev/shm if present, else the temp dir).
+    pub dir: Option<PathBuf>,
     /// Values to store (`--key-count`; `None`: 200 000).
     pub key_count: Option<u64>,
     /// Bytes per value (`--value-size`).
     pub value_size: u64,
     /// Segment size (`None`: the engine default).
     pub segment_size: Option<u64>,
-    /// One JSON object instead of text.
-    pub json: bool,
 }
 
 #[derive(Serialize)]
@@ -35,8 +36,10 @@ struct Pass {
     records_per_sec: f64,
 }
 
+/// The result of `bench recovery`: the one JSON object `--json` prints, and the text of
+/// [`Display`](fmt::Display) otherwise.
 #[derive(Serialize)]
-struct Report {
+pub struct Report {
     op: &'static str,
     dir: String,
     value_size: u64,
@@ -45,7 +48,7 @@ struct Report {
     passes: Vec<Pass>,
 }
 
-fn open_timed(dir: &Path, mode: &'static str, data_bytes: u64) -> CliResult<Pass> {
+fn open_timed(dir: &Path, mode: &'static str, data_bytes: u64) -> Result<Pass> {
     let started = Instant::now();
     let store = Store::builder(dir).create_if_missing(false).open()?;
     let secs = started.elapsed().as_secs_f64();
@@ -62,9 +65,10 @@ fn open_timed(dir: &Path, mode: &'static str, data_bytes: u64) -> CliResult<Pass
     })
 }
 
-/// Fills a fresh store under `base` with `--key-count` values of `--value-size` bytes, closes
-/// it, and times two opens: with summaries, and with the summaries removed.
-pub fn run(base: &Path, cfg: &Params) -> CliResult<()> {
+/// Fills a fresh store under the base directory with `--key-count` values of `--value-size`
+/// bytes, closes it, and times two opens: with summaries, and with the summaries removed.
+pub fn run(cfg: &Config) -> Result<Report> {
+    let base = &base_dir(cfg.dir.as_deref())?;
     let records = cfg.key_count.unwrap_or(200_000);
     let tmp = temp_dir_in(base)?;
     let value = vec![0x5au8; cfg.value_size as usize];
@@ -85,50 +89,46 @@ pub fn run(base: &Path, cfg: &Params) -> CliResult<()> {
     }
     let data_bytes = records * cfg.value_size;
     let mut passes = vec![open_timed(tmp.path(), "summaries", data_bytes)?];
-    for entry in
-        std::fs::read_dir(tmp.path()).map_err(|e| crate::util::CliError::Msg(e.to_string()))?
-    {
-        let path = entry
-            .map_err(|e| crate::util::CliError::Msg(e.to_string()))?
-            .path();
+    for entry in std::fs::read_dir(tmp.path()).map_err(|e| Error::Msg(e.to_string()))? {
+        let path = entry.map_err(|e| Error::Msg(e.to_string()))?.path();
         if path.extension().is_some_and(|x| x == "sum") {
-            std::fs::remove_file(&path).map_err(|e| crate::util::CliError::Msg(e.to_string()))?;
+            std::fs::remove_file(&path).map_err(|e| Error::Msg(e.to_string()))?;
         }
     }
     passes.push(open_timed(tmp.path(), "scan", data_bytes)?);
-    let report = Report {
+    Ok(Report {
         op: "recovery",
         dir: base.display().to_string(),
         value_size: cfg.value_size,
         records,
         data_bytes,
         passes,
-    };
-    if cfg.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report)
-                .map_err(|e| crate::util::CliError::Msg(e.to_string()))?
-        );
-    } else {
-        println!(
+    })
+}
+
+impl fmt::Display for Report {
+    /// The text `bench recovery` prints: the store, then one line per open.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
             "store:  {} records of {} under {} ({} of values, page cache warm)",
-            human_count(records as f64),
-            human_bytes(cfg.value_size as f64),
-            base.display(),
-            human_bytes(data_bytes as f64)
-        );
-        for p in &report.passes {
-            println!(
-                "{:9}: open in {:.3} s: {} records/s, {}/s of stored data re-indexed ({} segments from summary, {} scanned)",
+            human_count(self.records as f64),
+            human_bytes(self.value_size as f64),
+            self.dir,
+            human_bytes(self.data_bytes as f64)
+        )?;
+        for p in &self.passes {
+            write!(
+                f,
+                "\n{:9}: open in {:.3} s: {} records/s, {}/s of stored data re-indexed ({} segments from summary, {} scanned)",
                 p.mode,
                 p.open_secs,
                 human_count(p.records_per_sec),
                 human_bytes(p.data_bytes_per_sec),
                 p.segments_from_summary,
                 p.segments_scanned
-            );
+            )?;
         }
+        Ok(())
     }
-    Ok(())
 }

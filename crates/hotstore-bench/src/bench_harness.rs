@@ -1,12 +1,13 @@
 //! The measurement harness of `hotstore bench`, shared by the engine's runs (`bench`), the
 //! peers and modes measured beside them (`bench_lmdb`, `bench_dram`, `bench_recovery`) and
 //! `hotstore bench device`: threads counting operations in a timed window after a warm-up,
-//! the benchmark's keys and values, and scratch directories. It imports none of them.
+//! the benchmark's keys and values, scratch directories and where they go by default (minidaq's
+//! too). It imports none of them.
 
-use crate::util::{fail, CliResult};
+use crate::scratch::ScratchDir;
+use crate::{fail, Result};
 use hotstore::FragmentKey;
-use hotstore_bench::scratch::ScratchDir;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -46,7 +47,7 @@ pub(crate) struct Window {
 
 /// Runs `work(thread, counter, flags)` on `threads` threads: warm-up, then the window.
 /// `work` loops until `flags.stop`, storing its running op count in `counter` after each op.
-pub(crate) fn measure<F>(threads: usize, duration: Duration, work: F) -> CliResult<Window>
+pub(crate) fn measure<F>(threads: usize, duration: Duration, work: F) -> Result<Window>
 where
     F: Fn(usize, &AtomicU64, &Flags) + Sync,
 {
@@ -93,8 +94,8 @@ where
 }
 
 /// A new temporary directory under `base`, removed when dropped or on SIGINT/SIGTERM.
-pub(crate) fn temp_dir_in(base: &Path) -> CliResult<ScratchDir> {
-    Ok(ScratchDir::new_in(base, "bench")?)
+pub(crate) fn temp_dir_in(base: &Path) -> Result<ScratchDir> {
+    ScratchDir::new_in(base, "bench")
 }
 
 /// The 16-byte DAQ key of `event` in `run`: the keys every benchmark writes and reads.
@@ -110,12 +111,20 @@ pub(crate) fn value_buffer(len: usize) -> Vec<u8> {
 }
 
 /// Where a benchmark puts its temporary store: `--dir` (which must be a directory), else
-/// /dev/shm where there is one, else the system's temporary directory.
-pub(crate) fn base_dir(dir: Option<&Path>) -> CliResult<std::path::PathBuf> {
+/// [`default_base_dir`].
+pub(crate) fn base_dir(dir: Option<&Path>) -> Result<PathBuf> {
     match dir {
         Some(d) if !d.is_dir() => fail(format!("{} is not a directory", d.display())),
         Some(d) => Ok(d.to_path_buf()),
-        None if Path::new("/dev/shm").is_dir() => Ok("/dev/shm".into()),
-        None => Ok(std::env::temp_dir()),
+        None => Ok(default_base_dir()),
+    }
+}
+
+/// /dev/shm where there is one, else the system's temporary directory.
+pub(crate) fn default_base_dir() -> PathBuf {
+    if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
     }
 }

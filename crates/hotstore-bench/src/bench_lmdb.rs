@@ -5,7 +5,7 @@
 //! ("batched") and with one ("single"); one writer thread, as LMDB allows one writer at a time.
 
 use crate::bench_harness::{key, measure, temp_dir_in, value_buffer, Flags, Window};
-use crate::util::{fail, CliResult};
+use crate::{fail, Result};
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions};
 use std::hint::black_box;
@@ -19,16 +19,16 @@ pub const BATCH: u64 = 1000;
 const GETS_PER_TXN: u64 = 1000;
 
 struct Lmdb {
-    _dir: hotstore_bench::scratch::ScratchDir,
+    _dir: crate::scratch::ScratchDir,
     env: Env,
     db: Database<Bytes, Bytes>,
 }
 
-fn lmdb_err(what: &str, e: heed::Error) -> crate::util::CliError {
-    crate::util::CliError::Msg(format!("LMDB {what}: {e}"))
+fn lmdb_err(what: &str, e: heed::Error) -> crate::Error {
+    crate::Error::Msg(format!("LMDB {what}: {e}"))
 }
 
-fn open(base: &Path, map_bytes: u64) -> CliResult<Lmdb> {
+fn open(base: &Path, map_bytes: u64) -> Result<Lmdb> {
     let dir = temp_dir_in(base)?;
     let mut opts = EnvOpenOptions::new();
     opts.map_size(usize::try_from(map_bytes).unwrap_or(usize::MAX))
@@ -57,7 +57,7 @@ pub fn put_window(
     batch: u64,
     duration: Duration,
     map_bytes: u64,
-) -> CliResult<Window> {
+) -> Result<Window> {
     let l = open(base, map_bytes)?;
     let value = value_buffer(value_size);
     measure(1, duration, |_, counter: &AtomicU64, flags: &Flags| {
@@ -93,7 +93,7 @@ pub fn get_window(
     random: bool,
     duration: Duration,
     map_bytes: u64,
-) -> CliResult<Window> {
+) -> Result<Window> {
     let l = open(base, map_bytes)?;
     let value = value_buffer(value_size);
     let mut i = 0;
@@ -140,7 +140,7 @@ pub fn get_window(
 }
 
 /// Checks the options `--vs lmdb` can compare fairly.
-pub fn check(threads: usize) -> CliResult<()> {
+pub fn check(threads: usize) -> Result<()> {
     if threads != 1 {
         return fail(
             "--vs lmdb compares one thread with one thread (LMDB has one writer at a time): \

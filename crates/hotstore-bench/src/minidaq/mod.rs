@@ -4,28 +4,35 @@
 //! first and drains after (DAQDB Fig. 3); `parallel` runs both at once (Fig. 4). Throughput is
 //! sampled every `sample_ms` and reported as median, p1 and p99 of the samples after the
 //! ramp-up, beside the machine's write limit (memcpy for a memory file system).
+//!
+//! [`run`] makes one run and returns it ([`Run`]: the report, the samples for `--csv` and
+//! `--plot`); [`sweep`] runs a grid of fragment sizes and plots it ([`Sweep`]).
 
 pub mod plot;
 mod remote;
 pub mod sampling;
-pub mod workload;
+mod workload;
 
-use crate::util::{fail, CliError, CliResult};
+use crate::bench_harness::default_base_dir;
+use crate::limits;
+use crate::scratch::ScratchDir;
+use crate::util::{human_bytes, human_count};
+use crate::{fail, Error, Result};
 use hotstore::{Durability, EventPolicy, Store, TierSpec};
-use hotstore_bench::limits;
-use hotstore_bench::scratch::ScratchDir;
-use hotstore_bench::util::{human_bytes, human_count};
 use sampling::{Counters, RateStats, Sample, Sampler};
 use serde::Serialize;
-use std::io::IsTerminal;
+use std::fmt;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use workload::{Distro, Pattern, Shared, Target};
+use workload::{Pattern, Shared, Target};
+
+pub use workload::Distro;
 
 /// Fill-drain or parallel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// Readout fills the store, then collectors drain it (DAQDB Fig. 3).
@@ -34,36 +41,56 @@ pub enum Mode {
     Parallel,
 }
 
-/// What `hotstore minidaq` was asked to do.
+/// What `hotstore minidaq` was asked to do (its options; see `hotstore minidaq --help`).
 #[derive(Clone)]
 pub struct Config {
+    /// Store directory (`None`: a fresh, preallocated temporary store, removed afterwards).
     pub store: Option<PathBuf>,
+    /// Durability of fragment writes and acknowledgements.
     pub durability: Durability,
+    /// Readout threads.
     pub readout_threads: usize,
+    /// Collector threads (0 only in parallel mode).
     pub collector_threads: usize,
+    /// Fragments per event.
     pub detectors: u16,
+    /// Fragment size (the mean of a Poisson distribution).
     pub fragment_size: u64,
+    /// Fragment size distribution.
     pub distro: Distro,
+    /// Probability that a collector keeps an event rather than removing it.
     pub acceptance: f64,
+    /// Fill-drain or parallel.
     pub mode: Mode,
+    /// How long to run (fill-drain: to fill); `None`: until `events` are written.
     pub duration: Option<Duration>,
+    /// Events to write in all.
     pub events: Option<u64>,
+    /// Sampling interval of the throughput, in milliseconds.
     pub sample_ms: u64,
+    /// Ramp-up left out of the figures.
     pub warmup: Duration,
+    /// Collectors check each fragment's pattern.
     pub verify: bool,
+    /// Store capacity (preallocated for a temporary store).
     pub capacity: u64,
+    /// Lease of each claim.
     pub lease: Duration,
+    /// Seed of the sizes and the acceptance draws.
     pub seed: u64,
-    pub json: bool,
-    pub csv: Option<PathBuf>,
-    pub plot: Option<PathBuf>,
-    pub sweep: Option<Vec<u64>>,
+    /// Log every acknowledged operation to this file, for crash tests: one line each,
+    /// `put <key hex> <len>`, `removed <event hex>` or `kept <event hex>`, appended with one
+    /// write after the store returned.
     pub ack_log: Option<PathBuf>,
+    /// Measure the machine's limit before the run (`--no-limit`: no ratio is reported).
     pub measure_limit: bool,
     /// `--remote HOST:PORT`: load this server instead of an embedded store.
     pub remote: Option<String>,
     /// `--window`: requests in flight per connection of a remote run.
     pub window: usize,
+    /// Say on stderr what is being done: measuring the limit, and (on a terminal) a progress
+    /// line twice a second.
+    pub progress: bool,
 }
 
 /// Throughput of one side.
@@ -71,13 +98,19 @@ pub struct Config {
 pub struct Side {
     /// Median of the per-sample fragment rates.
     pub ops_per_sec: f64,
+    /// 1st percentile of the per-sample fragment rates (NaN, `null`: too few samples).
     pub ops_per_sec_p1: f64,
+    /// 99th percentile of the per-sample fragment rates (NaN, `null`: too few samples).
     pub ops_per_sec_p99: f64,
     /// Fragments over the whole phase divided by its time.
     pub ops_per_sec_mean: f64,
+    /// Median of the per-sample byte rates.
     pub bytes_per_sec: f64,
+    /// 1st percentile of the per-sample byte rates.
     pub bytes_per_sec_p1: f64,
+    /// 99th percentile of the per-sample byte rates.
     pub bytes_per_sec_p99: f64,
+    /// Bytes over the whole phase divided by its time.
     pub bytes_per_sec_mean: f64,
     /// Collect side only: events acknowledged per second (median).
     pub events_per_sec: f64,
@@ -85,29 +118,51 @@ pub struct Side {
     pub samples: usize,
 }
 
-/// One run's result (`--json`).
+/// One run's result: the JSON object `--json` prints, and the text of
+/// [`Display`](fmt::Display) otherwise.
 #[derive(Serialize, Clone)]
 pub struct Report {
+    /// Fill-drain or parallel.
     pub mode: Mode,
+    /// Readout threads.
     pub readout_threads: usize,
+    /// Collector threads.
     pub collector_threads: usize,
+    /// Fragments per event.
     pub detectors: u16,
+    /// Fragment size (mean).
     pub fragment_size: u64,
+    /// Fragment size distribution.
     pub fragment_distro: Distro,
+    /// Probability of Keep.
     pub acceptance: f64,
+    /// `memory` or `persisted`.
     pub durability: String,
+    /// The store (or server) and what survives on it.
     pub store: String,
+    /// Whether every tier of the store survives a power cut.
     pub store_survives_power_cut: bool,
+    /// Sampling interval.
     pub sample_ms: u64,
+    /// Readout's figures.
     pub readout: Side,
+    /// The collectors' figures.
     pub collect: Side,
+    /// Events written by readout.
     pub events_written: u64,
+    /// Events acknowledged by the collectors.
     pub events_collected: u64,
+    /// Events acknowledged with Keep.
     pub events_kept: u64,
+    /// Fragments that failed the pattern check (or were missing).
     pub integrity_errors: u64,
+    /// Fragments refused because their event was already acknowledged.
     pub late_fragments: u64,
+    /// Length of the run.
     pub elapsed_secs: f64,
+    /// The machine's limit the readout is compared with.
     pub limit_name: String,
+    /// The limit, in bytes per second (0 if not measured).
     pub limit_bytes_per_sec: f64,
     /// Readout bytes/s (median) over the limit; `None` (`null`) if the limit was not measured.
     pub ratio: Option<f64>,
@@ -180,16 +235,8 @@ fn window(samples: &[Sample], from: f64, to: f64) -> Vec<Sample> {
         .collect()
 }
 
-fn base_dir() -> PathBuf {
-    if Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm")
-    } else {
-        std::env::temp_dir()
-    }
-}
-
-/// Runs `hotstore minidaq` (one run, or the sweep).
-pub fn run(cfg: &Config) -> CliResult<bool> {
+/// Refuses settings no run can have.
+fn check(cfg: &Config) -> Result<()> {
     if cfg.sample_ms == 0 {
         return fail("--sample-ms must be at least 1");
     }
@@ -209,54 +256,77 @@ pub fn run(cfg: &Config) -> CliResult<bool> {
     if cfg.collector_threads == 0 && cfg.mode == Mode::FillDrain {
         return fail("fill-drain needs at least one collector thread (--collector-threads)");
     }
-    match &cfg.sweep {
-        Some(sizes) => sweep(cfg, sizes),
-        None => {
-            let limit = measure_limit(cfg)?;
-            let (report, samples) = run_once(cfg, &limit)?;
-            print_report(cfg, &report)?;
-            if let Some(csv) = &cfg.csv {
-                sampling::write_csv(csv, &samples)
-                    .map_err(|e| CliError::Msg(format!("cannot write {}: {e}", csv.display())))?;
-            }
-            if let Some(png) = &cfg.plot {
-                let title = format!(
-                    "hotstore minidaq {:?}: {} readout + {} collector thread(s), events of {} x {}",
-                    cfg.mode,
-                    cfg.readout_threads,
-                    cfg.collector_threads,
-                    cfg.detectors,
-                    human_bytes(cfg.fragment_size as f64)
-                );
-                let marks = plot::TimelineMarks {
-                    readout_median_ops: report.readout.ops_per_sec,
-                    readout_median_bytes: report.readout.bytes_per_sec,
-                    limit: report
-                        .ratio
-                        .map(|_| (limit.name.clone(), limit.bytes_per_sec)),
-                };
-                plot::plot_timeline(png, &title, &samples, &marks)
-                    .map_err(|e| CliError::Msg(e.to_string()))?;
-                if !cfg.json {
-                    println!("plot:    {}", png.display());
-                }
-            }
-            Ok(report.integrity_errors == 0)
-        }
+    Ok(())
+}
+
+/// One run of `hotstore minidaq`: its report, its samples and the limit it was compared with.
+pub struct Run {
+    /// The figures.
+    pub report: Report,
+    /// The throughput samples (`--csv`, `--plot`).
+    pub samples: Vec<Sample>,
+    /// The machine's limit.
+    pub limit: limits::Limit,
+}
+
+/// Runs `hotstore minidaq` once.
+pub fn run(cfg: &Config) -> Result<Run> {
+    check(cfg)?;
+    let limit = measure_limit(cfg)?;
+    let (report, samples) = run_once(cfg, &limit)?;
+    Ok(Run {
+        report,
+        samples,
+        limit,
+    })
+}
+
+impl Run {
+    /// True if no integrity error was found.
+    pub fn intact(&self) -> bool {
+        self.report.integrity_errors == 0
+    }
+
+    /// Writes the samples as CSV (`--csv`).
+    pub fn write_csv(&self, path: &Path) -> Result<()> {
+        sampling::write_csv(path, &self.samples)
+            .map_err(|e| Error::Msg(format!("cannot write {}: {e}", path.display())))
+    }
+
+    /// Plots throughput over time to a PNG (`--plot`).
+    pub fn plot(&self, png: &Path) -> Result<()> {
+        let r = &self.report;
+        let title = format!(
+            "hotstore minidaq {:?}: {} readout + {} collector thread(s), events of {} x {}",
+            r.mode,
+            r.readout_threads,
+            r.collector_threads,
+            r.detectors,
+            human_bytes(r.fragment_size as f64)
+        );
+        let marks = plot::TimelineMarks {
+            readout_median_ops: r.readout.ops_per_sec,
+            readout_median_bytes: r.readout.bytes_per_sec,
+            limit: r
+                .ratio
+                .map(|_| (self.limit.name.clone(), self.limit.bytes_per_sec)),
+        };
+        plot::plot_timeline(png, &title, &self.samples, &marks)
+            .map_err(|e| Error::Msg(e.to_string()))
     }
 }
 
-fn measure_limit(cfg: &Config) -> CliResult<limits::Limit> {
-    let dir = cfg.store.clone().unwrap_or_else(base_dir);
+fn measure_limit(cfg: &Config) -> Result<limits::Limit> {
+    let dir = cfg.store.clone().unwrap_or_else(default_base_dir);
     std::fs::create_dir_all(&dir)
-        .map_err(|e| CliError::Msg(format!("cannot create {}: {e}", dir.display())))?;
+        .map_err(|e| Error::Msg(format!("cannot create {}: {e}", dir.display())))?;
     if !cfg.measure_limit {
         return Ok(limits::Limit {
             name: "not measured (--no-limit)".into(),
             bytes_per_sec: 0.0,
         });
     }
-    if !cfg.json {
+    if cfg.progress {
         eprintln!("measuring the machine's limit under {} ...", dir.display());
     }
     Ok(limits::write_limit_for(
@@ -266,7 +336,48 @@ fn measure_limit(cfg: &Config) -> CliResult<limits::Limit> {
     ))
 }
 
-fn sweep(cfg: &Config, sizes: &[u64]) -> CliResult<bool> {
+/// A sweep of fragment sizes: one run per size, and their plot. Serialized as the object
+/// `--sweep --json` prints (`{"plot": path, "sweep": [report, ...]}`, keys in alphabetical
+/// order at every level); its [`Display`](fmt::Display) is the limit and the plot's path.
+pub struct Sweep {
+    /// The plot written.
+    pub plot: PathBuf,
+    /// One report per fragment size.
+    pub sweep: Vec<Report>,
+    /// The machine's limit.
+    pub limit: limits::Limit,
+}
+
+impl Serialize for Sweep {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        // Through a JSON value, whose maps sort their keys: the order `--json` has always had.
+        serde_json::json!({ "sweep": self.sweep, "plot": self.plot }).serialize(s)
+    }
+}
+
+impl Sweep {
+    /// True if no run found an integrity error.
+    pub fn intact(&self) -> bool {
+        self.sweep.iter().all(|r| r.integrity_errors == 0)
+    }
+}
+
+impl fmt::Display for Sweep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "limit:   {}: {}/s\nplot:    {}",
+            self.limit.name,
+            human_bytes(self.limit.bytes_per_sec),
+            self.plot.display()
+        )
+    }
+}
+
+/// Runs `cfg` at each fragment size of `sizes` and plots fragments/s and bytes/s against
+/// fragment size to `png` (DAQDB Fig. 4). Writes one line per run to `progress` as it ends.
+pub fn sweep(cfg: &Config, sizes: &[u64], png: &Path, progress: &mut dyn Write) -> Result<Sweep> {
+    check(cfg)?;
     let limit = measure_limit(cfg)?;
     let label = format!(
         "{} readout + {} collector",
@@ -274,24 +385,22 @@ fn sweep(cfg: &Config, sizes: &[u64]) -> CliResult<bool> {
     );
     let mut points = Vec::new();
     let mut reports = Vec::new();
-    let mut intact = true;
     for &size in sizes {
         let mut c = cfg.clone();
         c.fragment_size = size;
-        c.sweep = None;
         let (r, _) = run_once(&c, &limit)?;
-        if !cfg.json {
-            println!(
-                "fragment {:>10}: readout {:>9} frag/s {:>10}/s | collect {:>9} frag/s {:>10}/s | integrity errors {}",
-                human_bytes(size as f64),
-                human_count(r.readout.ops_per_sec),
-                human_bytes(r.readout.bytes_per_sec),
-                human_count(r.collect.ops_per_sec),
-                human_bytes(r.collect.bytes_per_sec),
-                r.integrity_errors
-            );
-        }
-        intact &= r.integrity_errors == 0;
+        writeln!(
+            progress,
+            "fragment {:>10}: readout {:>9} frag/s {:>10}/s | collect {:>9} frag/s {:>10}/s | integrity errors {}",
+            human_bytes(size as f64),
+            human_count(r.readout.ops_per_sec),
+            human_bytes(r.readout.bytes_per_sec),
+            human_count(r.collect.ops_per_sec),
+            human_bytes(r.collect.bytes_per_sec),
+            r.integrity_errors
+        )
+        .and_then(|()| progress.flush())
+        .map_err(Error::Output)?;
         points.push(plot::SweepPoint {
             fragment_size: size,
             readout_ops_per_sec: r.readout.ops_per_sec,
@@ -302,38 +411,27 @@ fn sweep(cfg: &Config, sizes: &[u64]) -> CliResult<bool> {
         });
         reports.push(r);
     }
-    let png = cfg
-        .plot
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("minidaq-sweep.png"));
     plot::plot_sweep(
-        &png,
+        png,
         &format!("hotstore minidaq {:?} sweep", cfg.mode),
         &points,
         Some(limit.bytes_per_sec),
     )
-    .map_err(|e| CliError::Msg(e.to_string()))?;
-    if cfg.json {
-        let out = serde_json::json!({ "sweep": reports, "plot": png });
-        println!("{out}");
-    } else {
-        println!(
-            "limit:   {}: {}/s",
-            limit.name,
-            human_bytes(limit.bytes_per_sec)
-        );
-        println!("plot:    {}", png.display());
-    }
-    Ok(intact)
+    .map_err(|e| Error::Msg(e.to_string()))?;
+    Ok(Sweep {
+        plot: png.to_path_buf(),
+        sweep: reports,
+        limit,
+    })
 }
 
 /// The store for a run: a fresh temporary one (kept alive by the returned guard) or `--store`.
-fn open_store(cfg: &Config) -> CliResult<(Option<ScratchDir>, Store)> {
+fn open_store(cfg: &Config) -> Result<(Option<ScratchDir>, Store)> {
     let (tmp, dir) = match &cfg.store {
         Some(d) => (None, d.clone()),
         None => {
             // Removed at the end, and on SIGINT/SIGTERM (a stopped run left gigabytes here).
-            let t = ScratchDir::new_in(&base_dir(), "minidaq")?;
+            let t = ScratchDir::new_in(&default_base_dir(), "minidaq")?;
             let d = t.path().to_path_buf();
             (Some(t), d)
         }
@@ -355,7 +453,7 @@ fn open_store(cfg: &Config) -> CliResult<(Option<ScratchDir>, Store)> {
 /// The target of a run: the store it opened (and the temporary directory holding it), or the
 /// server of `--remote`; with its description, whether it survives a power cut, and the run
 /// number to use.
-fn open_target(cfg: &Config) -> CliResult<(Option<ScratchDir>, Target, String, bool, u32)> {
+fn open_target(cfg: &Config) -> Result<(Option<ScratchDir>, Target, String, bool, u32)> {
     // A store that already holds data gets a run number of its own, so no event of this run
     // was acknowledged before.
     let fresh_run = (cfg.seed as u32 ^ std::process::id()).max(2);
@@ -368,7 +466,7 @@ fn open_target(cfg: &Config) -> CliResult<(Option<ScratchDir>, Target, String, b
         let stats = probe
             .connect()
             .and_then(|mut c| c.store_stats().map_err(|e| format!("STORE.STATS: {e}")))
-            .map_err(CliError::Msg)?;
+            .map_err(Error::Msg)?;
         let int = |name: &str| match stats.get(name) {
             Some(hotstore_client::StatValue::Int(v)) => Some(*v),
             _ => None,
@@ -379,7 +477,7 @@ fn open_target(cfg: &Config) -> CliResult<(Option<ScratchDir>, Target, String, b
             Some(0) => probe.seal = true,
             Some(n) if n == i64::from(cfg.detectors) => {}
             Some(n) => {
-                return Err(CliError::Msg(format!(
+                return Err(Error::Msg(format!(
                     "the server at {addr} completes events at {n} fragment(s); minidaq writes \
                      {} per event (--detectors): start it with --expected-fragments {} (or 0, \
                      and minidaq seals each event)",
@@ -387,7 +485,7 @@ fn open_target(cfg: &Config) -> CliResult<(Option<ScratchDir>, Target, String, b
                 )))
             }
             None => {
-                return Err(CliError::Msg(format!(
+                return Err(Error::Msg(format!(
                     "the server at {addr} does not say what completes an event \
                      (STORE.STATS expected_fragments): is it a hotstore server of this version?"
                 )))
@@ -426,12 +524,12 @@ fn open_target(cfg: &Config) -> CliResult<(Option<ScratchDir>, Target, String, b
     Ok((tmp, Target::Local(store), desc, survives, run))
 }
 
-fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sample>)> {
+fn run_once(cfg: &Config, limit: &limits::Limit) -> Result<(Report, Vec<Sample>)> {
     let (_tmp, target, store_desc, survives, run) = open_target(cfg)?;
     let ack_log = match &cfg.ack_log {
         Some(p) => Some(
             workload::AckLog::open(p)
-                .map_err(|e| CliError::Msg(format!("cannot open {}: {e}", p.display())))?,
+                .map_err(|e| Error::Msg(format!("cannot open {}: {e}", p.display())))?,
         ),
         None => None,
     };
@@ -465,7 +563,7 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sampl
         bytes_written: AtomicU64::new(0),
         error: parking_lot::Mutex::new(None),
     });
-    let progress = !cfg.json && std::io::stderr().is_terminal();
+    let progress = cfg.progress && std::io::stderr().is_terminal();
     let sampler = Sampler::start(counters.clone(), Duration::from_millis(cfg.sample_ms));
     let t0 = Instant::now();
     let readers: Vec<_> = (0..cfg.readout_threads)
@@ -632,45 +730,43 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> CliResult<(Report, Vec<Sampl
     Ok((report, samples))
 }
 
-fn print_report(cfg: &Config, r: &Report) -> CliResult<()> {
-    if cfg.json {
-        println!(
-            "{}",
-            serde_json::to_string(r).map_err(|e| CliError::Msg(e.to_string()))?
-        );
-        return Ok(());
-    }
-    let side_line = |name: &str, s: &Side, events: bool| {
-        if s.ops_per_sec_p1.is_nan() {
+impl fmt::Display for Report {
+    /// The text `hotstore minidaq` prints: settings, store, both sides, events, notes, the
+    /// limit and the ratio.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self;
+        let side_line = |name: &str, s: &Side, events: bool| {
+            if s.ops_per_sec_p1.is_nan() {
+                let mut line = format!(
+                    "{name} {} frag/s, {}/s",
+                    human_count(s.ops_per_sec),
+                    human_bytes(s.bytes_per_sec)
+                );
+                if events {
+                    line += &format!(", {} events/s", human_count(s.events_per_sec));
+                }
+                return line
+                    + &format!(
+                        " [overall: {} samples of {} ms are too few for a median, p1 and p99]",
+                        s.samples, r.sample_ms
+                    );
+            }
             let mut line = format!(
-                "{name} {} frag/s, {}/s",
+                "{name} {} frag/s (p1 {}, p99 {}), {}/s (p1 {}/s, p99 {}/s)",
                 human_count(s.ops_per_sec),
-                human_bytes(s.bytes_per_sec)
+                human_count(s.ops_per_sec_p1),
+                human_count(s.ops_per_sec_p99),
+                human_bytes(s.bytes_per_sec),
+                human_bytes(s.bytes_per_sec_p1),
+                human_bytes(s.bytes_per_sec_p99),
             );
             if events {
                 line += &format!(", {} events/s", human_count(s.events_per_sec));
             }
-            return line
-                + &format!(
-                    " [overall: {} samples of {} ms are too few for a median, p1 and p99]",
-                    s.samples, r.sample_ms
-                );
-        }
-        let mut line = format!(
-            "{name} {} frag/s (p1 {}, p99 {}), {}/s (p1 {}/s, p99 {}/s)",
-            human_count(s.ops_per_sec),
-            human_count(s.ops_per_sec_p1),
-            human_count(s.ops_per_sec_p99),
-            human_bytes(s.bytes_per_sec),
-            human_bytes(s.bytes_per_sec_p1),
-            human_bytes(s.bytes_per_sec_p99),
-        );
-        if events {
-            line += &format!(", {} events/s", human_count(s.events_per_sec));
-        }
-        line + &format!(" [median of {} samples]", s.samples)
-    };
-    println!(
+            line + &format!(" [median of {} samples]", s.samples)
+        };
+        writeln!(
+        f,
         "minidaq: {:?}, {} readout + {} collector thread(s), {} fragments/event of {} ({:?}), acceptance {}, durability {}",
         r.mode,
         r.readout_threads,
@@ -680,46 +776,46 @@ fn print_report(cfg: &Config, r: &Report) -> CliResult<()> {
         r.fragment_distro,
         r.acceptance,
         r.durability
-    );
-    println!("store:   {}", r.store);
-    println!("{}", side_line("readout:", &r.readout, false));
-    println!("{}", side_line("collect:", &r.collect, true));
-    println!(
+    )?;
+        writeln!(f, "store:   {}", r.store)?;
+        writeln!(f, "{}", side_line("readout:", &r.readout, false))?;
+        writeln!(f, "{}", side_line("collect:", &r.collect, true))?;
+        writeln!(
+        f,
         "events:  {} written, {} collected ({} kept), integrity errors {}, late fragments {}, {:.2} s",
         r.events_written, r.events_collected, r.events_kept, r.integrity_errors, r.late_fragments, r.elapsed_secs
-    );
-    for (who, s, what) in [
-        (
-            "readout",
-            &r.readout,
-            "wrote nothing (it waited for space, or for the CPU)",
-        ),
-        (
-            "collect",
-            &r.collect,
-            "took nothing (it waited for a complete event, or for the CPU)",
-        ),
-    ] {
-        if s.ops_per_sec_p1 == 0.0 && s.samples > 0 {
-            println!(
-                "note:    {who} p1 is 0: in at least 1% of the {} ms samples it {what}",
-                r.sample_ms
-            );
+    )?;
+        for (who, s, what) in [
+            (
+                "readout",
+                &r.readout,
+                "wrote nothing (it waited for space, or for the CPU)",
+            ),
+            (
+                "collect",
+                &r.collect,
+                "took nothing (it waited for a complete event, or for the CPU)",
+            ),
+        ] {
+            if s.ops_per_sec_p1 == 0.0 && s.samples > 0 {
+                writeln!(
+                    f,
+                    "note:    {who} p1 is 0: in at least 1% of the {} ms samples it {what}",
+                    r.sample_ms
+                )?;
+            }
+        }
+        match r.ratio {
+            Some(ratio) => {
+                writeln!(
+                    f,
+                    "limit:   {}: {}/s",
+                    r.limit_name,
+                    human_bytes(r.limit_bytes_per_sec)
+                )?;
+                write!(f, "ratio:   readout {ratio:.3} of the limit")
+            }
+            None => write!(f, "limit:   {}", r.limit_name),
         }
     }
-    match r.ratio {
-        Some(ratio) => {
-            println!(
-                "limit:   {}: {}/s",
-                r.limit_name,
-                human_bytes(r.limit_bytes_per_sec)
-            );
-            println!("ratio:   readout {ratio:.3} of the limit");
-        }
-        None => println!("limit:   {}", r.limit_name),
-    }
-    if cfg.csv.is_some() || cfg.plot.is_some() {
-        // (paths printed by the caller)
-    }
-    Ok(())
 }

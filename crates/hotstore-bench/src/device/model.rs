@@ -11,19 +11,19 @@
 
 /// Bytes that pile up in DRAM when data arrives at `input_bps` and drains at `output_bps` for
 /// `secs` seconds: `(input - output) x secs`, and 0 when the output keeps up.
-pub(crate) fn backlog_bytes(input_bps: f64, output_bps: f64, secs: f64) -> f64 {
+pub fn backlog_bytes(input_bps: f64, output_bps: f64, secs: f64) -> f64 {
     ((input_bps - output_bps) * secs).max(0.0)
 }
 
 /// Seconds until a DRAM buffer of `dram_bytes` is full at the given rates; `None` when the
 /// output keeps up (the buffer never fills).
-pub(crate) fn secs_until_full(input_bps: f64, output_bps: f64, dram_bytes: f64) -> Option<f64> {
+pub fn secs_until_full(input_bps: f64, output_bps: f64, dram_bytes: f64) -> Option<f64> {
     let net = input_bps - output_bps;
     (net > 0.0).then(|| dram_bytes / net)
 }
 
 /// The backlog at `points` evenly spaced times from 0 to `secs` (inclusive), for a plot.
-pub(crate) fn backlog_series(
+pub fn backlog_series(
     input_bps: f64,
     output_bps: f64,
     secs: f64,
@@ -40,7 +40,7 @@ pub(crate) fn backlog_series(
 
 /// The makespan lower bound of Eq. 1, split into its read and write parts.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub(crate) struct Makespan {
+pub struct Makespan {
     /// D / R
     pub read_secs: f64,
     /// D / W
@@ -50,7 +50,7 @@ pub(crate) struct Makespan {
 }
 
 /// `M >= D/R + D/W` for `data_bytes` read at `read_bps` and written at `write_bps`.
-pub(crate) fn makespan_bound_secs(data_bytes: f64, read_bps: f64, write_bps: f64) -> Makespan {
+pub fn makespan_bound_secs(data_bytes: f64, read_bps: f64, write_bps: f64) -> Makespan {
     let read_secs = data_bytes / read_bps;
     let write_secs = data_bytes / write_bps;
     Makespan {
@@ -91,7 +91,7 @@ const BYTE_UNITS_HELP: &str =
     "B, KB, MB, GB, TB (powers of 1000) or K/KiB, M/MiB, G/GiB, T/TiB (powers of 1024)";
 
 /// Parses a byte count such as `100GB` (10^11), `64GiB`, `1.5TB` or `123456`.
-pub(crate) fn parse_bytes(s: &str) -> Result<f64, String> {
+pub fn parse_bytes(s: &str) -> Result<f64, String> {
     let (n, unit) =
         split_number(s).ok_or_else(|| format!("`{s}` is not a size (e.g. 100GB, 64GiB)"))?;
     let mult = byte_unit(&unit)
@@ -105,7 +105,7 @@ pub(crate) fn parse_bytes(s: &str) -> Result<f64, String> {
 
 /// Parses a rate in bytes per second such as `10GB/s`, `1.2 GB/s`, `800MiB/s` or `5e9`
 /// (`/s` may be left out).
-pub(crate) fn parse_rate(s: &str) -> Result<f64, String> {
+pub fn parse_rate(s: &str) -> Result<f64, String> {
     let (n, unit) = split_number(s)
         .ok_or_else(|| format!("`{s}` is not a rate (e.g. 10GB/s, 800MiB/s, 1.2GB/s)"))?;
     let unit = unit
@@ -124,7 +124,7 @@ pub(crate) fn parse_rate(s: &str) -> Result<f64, String> {
 }
 
 /// Parses a duration such as `100s`, `100`, `1.5min`, `2h` or `250ms` into seconds.
-pub(crate) fn parse_duration(s: &str) -> Result<f64, String> {
+pub fn parse_duration(s: &str) -> Result<f64, String> {
     let (n, unit) =
         split_number(s).ok_or_else(|| format!("`{s}` is not a duration (e.g. 100s, 5min, 2h)"))?;
     let mult = match unit.as_str() {

@@ -7,9 +7,9 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// How a request reaches the file.
+/// How a request reaches the file (`bench device --method`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Method {
+pub enum Method {
     /// pwrite/pread through the page cache.
     Write,
     /// pwrite/pread with O_DIRECT from aligned buffers.
@@ -25,7 +25,8 @@ pub(crate) enum Method {
 }
 
 impl Method {
-    pub(crate) const ALL: [Method; 6] = [
+    /// Every method, in the order of the default `--method`.
+    pub const ALL: [Method; 6] = [
         Method::Write,
         Method::Direct,
         Method::Uring,
@@ -34,7 +35,8 @@ impl Method {
         Method::Dsync,
     ];
 
-    pub(crate) fn name(self) -> &'static str {
+    /// The name `--method` takes and the report prints.
+    pub fn name(self) -> &'static str {
         match self {
             Method::Write => "write",
             Method::Direct => "direct",
@@ -45,7 +47,8 @@ impl Method {
         }
     }
 
-    pub(crate) fn parse(s: &str) -> Result<Method, String> {
+    /// The method named `s` (surrounding spaces ignored).
+    pub fn parse(s: &str) -> Result<Method, String> {
         Method::ALL
             .into_iter()
             .find(|m| m.name() == s.trim())
@@ -92,19 +95,23 @@ impl Method {
     }
 }
 
-/// Access pattern.
+/// Access pattern (`bench device --workload`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Workload {
+pub enum Workload {
+    /// Sequential writes.
     SeqWrite,
+    /// Sequential reads of the pattern the files were laid out with.
     SeqRead,
+    /// Writes at uniformly random block offsets (write IOPS).
     RandWrite,
 }
 
 impl Workload {
-    pub(crate) const ALL: [Workload; 3] =
-        [Workload::SeqWrite, Workload::SeqRead, Workload::RandWrite];
+    /// Every workload, in the order of the default `--workload`.
+    pub const ALL: [Workload; 3] = [Workload::SeqWrite, Workload::SeqRead, Workload::RandWrite];
 
-    pub(crate) fn name(self) -> &'static str {
+    /// The name `--workload` takes and the report prints.
+    pub fn name(self) -> &'static str {
         match self {
             Workload::SeqWrite => "seq-write",
             Workload::SeqRead => "seq-read",
@@ -112,14 +119,16 @@ impl Workload {
         }
     }
 
-    pub(crate) fn parse(s: &str) -> Result<Workload, String> {
+    /// The workload named `s` (surrounding spaces ignored).
+    pub fn parse(s: &str) -> Result<Workload, String> {
         Workload::ALL
             .into_iter()
             .find(|w| w.name() == s.trim())
             .ok_or_else(|| format!("unknown workload `{s}` (use seq-write, seq-read, rand-write)"))
     }
 
-    pub(crate) fn writes(self) -> bool {
+    /// Whether the workload writes.
+    pub fn writes(self) -> bool {
         self != Workload::SeqRead
     }
 }

@@ -1,78 +1,45 @@
-//! `hotstore bench model`: the papers' two models for given or measured rates.
+//! `hotstore bench model`: the papers' two models for given or measured rates ([`run`]).
 
 use super::layout::{self, FileSet};
 use super::methods::{Method, Workload};
 use super::model::{self, backlog_bytes, makespan_bound_secs, Makespan};
 use super::plot::{plot_backlog, BacklogLine};
-use super::report::median;
 use super::workload::{run_once, RunSpec};
-use crate::util::{fail, parse_secs, parse_size, CliError, CliResult, Out};
-use clap::Args;
-use hotstore_bench::util::human_bytes;
+use crate::util::{human_bytes, median};
+use crate::{fail, Error, Result};
 use serde::Serialize;
+use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
-/// The papers' sizing models, for given or measured rates.
-///
-/// Extra DRAM (DUNE Fig. 6): data arriving at --input while storage takes it at --output piles
-/// up in memory: extra DRAM = (input - output) x --duration. Give --output (several,
-/// comma-separated, draw one line each with --plot) or --output-path DIR to measure the write
-/// bandwidth of DIR (O_DIRECT 1 MiB sequential writes, final fdatasync counted; buffered writes
-/// + fdatasync where O_DIRECT is refused).
-///
-/// Makespan bound (neuroimaging Eq. 1): a job that reads --data-size D and writes D takes at
-/// least M >= D/R + D/W. Give --read-rate R and --write-rate W, or --path DIR to measure
-/// whichever is missing (O_DIRECT 1 MiB sequential reads and writes).
-///
-/// Rates: 10GB/s, 1.2 GB/s, 800MiB/s, 5e9 (bytes/s). KB, MB, GB, TB are powers of 1000 (as in
-/// the papers); K/KiB, M/MiB, G/GiB, T/TiB powers of 1024. Durations: 100s, 100, 5min, 2h.
-///
-/// Example: hotstore bench model --input 10GB/s --output 1.2GB/s,5GB/s,8GB/s --duration 100s
-/// --plot backlog.png
-#[derive(Args)]
-pub struct ModelArgs {
-    /// Input (arrival) rate, e.g. 10GB/s.
-    #[arg(long, value_parser = model::parse_rate)]
+/// What `bench model` computes (its options; see `hotstore bench model --help`). The
+/// extra-DRAM model runs if any of its inputs is given, the makespan bound likewise.
+pub struct Config {
+    /// Input (arrival) rate, bytes/s.
     pub input: Option<f64>,
-    /// Output (storage) rate(s), comma-separated, e.g. 1.2GB/s or 2GB/s,5GB/s,8GB/s.
-    #[arg(long, conflicts_with = "output_path")]
+    /// Output (storage) rates, comma-separated as `--output` takes them (`2GB/s,5GB/s`; see
+    /// [`model::parse_rate`]), one line each.
     pub output: Option<String>,
     /// Measure the output rate as the write bandwidth of this directory.
-    #[arg(long)]
     pub output_path: Option<PathBuf>,
-    /// Recording time for the extra-DRAM model, e.g. 100s.
-    #[arg(long, value_parser = model::parse_duration)]
+    /// Recording time for the extra-DRAM model, seconds.
     pub duration: Option<f64>,
-    /// DRAM available for the backlog, e.g. 256GB: also print how long it lasts at each output
-    /// rate.
-    #[arg(long, value_parser = model::parse_bytes)]
+    /// DRAM available for the backlog: also say how long it lasts at each output rate.
     pub dram: Option<f64>,
-    /// Write the backlog over time (one line per output rate, the duration marked) as a PNG.
-    #[arg(long)]
+    /// Write the backlog over time as a PNG.
     pub plot: Option<PathBuf>,
-    /// Data read and written by the job, for the makespan bound, e.g. 76GB.
-    #[arg(long, value_parser = model::parse_bytes)]
+    /// Data read and written by the job, for the makespan bound.
     pub data_size: Option<f64>,
-    /// Device read bandwidth R, e.g. 2GB/s.
-    #[arg(long, value_parser = model::parse_rate)]
+    /// Device read bandwidth R, bytes/s.
     pub read_rate: Option<f64>,
-    /// Device write bandwidth W, e.g. 500MB/s.
-    #[arg(long, value_parser = model::parse_rate)]
+    /// Device write bandwidth W, bytes/s.
     pub write_rate: Option<f64>,
     /// Measure R and/or W (whichever is not given) on this directory.
-    #[arg(long)]
     pub path: Option<PathBuf>,
-    /// Seconds measured per run (3 runs, median) when measuring a directory.
-    #[arg(long, default_value = "1", value_parser = parse_secs)]
-    pub measure_duration: f64,
+    /// Time measured per run (3 runs, median) when measuring a directory.
+    pub measure_duration: Duration,
     /// Size of the temporary file used when measuring a directory.
-    #[arg(long, default_value = "256M", value_parser = parse_size)]
     pub measure_size: u64,
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// A rate and where it came from.
@@ -111,7 +78,7 @@ struct MakespanReport {
 }
 
 /// Runs `bench model`.
-pub(super) fn run(a: ModelArgs) -> CliResult<ExitCode> {
+pub fn run(a: &Config) -> Result<Report> {
     let wants_backlog = a.input.is_some()
         || a.output.is_some()
         || a.output_path.is_some()
@@ -130,31 +97,53 @@ pub(super) fn run(a: ModelArgs) -> CliResult<ExitCode> {
         );
     }
     let measure = Measure {
-        duration: Duration::from_secs_f64(a.measure_duration),
+        duration: a.measure_duration,
         size: a.measure_size,
     };
     let backlog = if wants_backlog {
-        Some(backlog(&a, &measure)?)
+        Some(backlog(a, &measure)?)
     } else {
         None
     };
     let makespan = if wants_makespan {
-        Some(makespan(&a, &measure)?)
+        Some(makespan(a, &measure)?)
     } else {
         None
     };
+    Ok(Report {
+        backlog,
+        makespan,
+        dram: a.dram,
+    })
+}
 
-    let mut out = Out::new();
-    if a.json {
-        let v = serde_json::json!({ "backlog": backlog, "makespan": makespan });
-        out.line(serde_json::to_string(&v)?)?;
-    } else {
-        if let Some(b) = &backlog {
-            out.line(format!(
+/// What `bench model` found: the object `--json` prints (`backlog`, `makespan`: `null` where
+/// not asked for; keys in alphabetical order at every level), and the text of
+/// [`Display`](fmt::Display) otherwise.
+#[derive(Debug)]
+pub struct Report {
+    backlog: Option<BacklogReport>,
+    makespan: Option<MakespanReport>,
+    /// `--dram`, for the text.
+    dram: Option<f64>,
+}
+
+impl Serialize for Report {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        // Through a JSON value, whose maps sort their keys: the order `--json` has always had.
+        serde_json::json!({ "backlog": self.backlog, "makespan": self.makespan }).serialize(s)
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut lines = Vec::new();
+        if let Some(b) = &self.backlog {
+            lines.push(format!(
                 "extra DRAM (DUNE Fig. 6): input {} for {} s",
                 dec_rate(b.input_bytes_per_sec),
                 num(b.duration_secs)
-            ))?;
+            ));
             for o in &b.outputs {
                 let line = if o.extra_dram_bytes > 0.0 {
                     format!(
@@ -171,42 +160,41 @@ pub(super) fn run(a: ModelArgs) -> CliResult<ExitCode> {
                         o.source
                     )
                 };
-                out.line(line)?;
-                if let Some(d) = a.dram {
-                    out.line(match o.secs_until_full {
+                lines.push(line);
+                if let Some(d) = self.dram {
+                    lines.push(match o.secs_until_full {
                         Some(t) => {
                             format!("    {} of DRAM is full after {} s", dec_bytes(d), num(t))
                         }
                         None => format!("    {} of DRAM never fills", dec_bytes(d)),
-                    })?;
+                    });
                 }
             }
             if let Some(p) = &b.plot {
-                out.line(format!("  plot: {}", p.display()))?;
+                lines.push(format!("  plot: {}", p.display()));
             }
         }
-        if let Some(m) = &makespan {
-            out.line(format!(
+        if let Some(m) = &self.makespan {
+            lines.push(format!(
                 "makespan bound (neuroimaging Eq. 1): D = {}, R = {} ({}), W = {} ({})",
                 dec_bytes(m.data_bytes),
                 dec_rate(m.read.bytes_per_sec),
                 m.read.source,
                 dec_rate(m.write.bytes_per_sec),
                 m.write.source
-            ))?;
-            out.line(format!(
+            ));
+            lines.push(format!(
                 "  M >= D/R + D/W = {} s + {} s = {} s",
                 num(m.bound.read_secs),
                 num(m.bound.write_secs),
                 num(m.bound.bound_secs)
-            ))?;
+            ));
         }
+        write!(f, "{}", lines.join("\n"))
     }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
 }
 
-fn backlog(a: &ModelArgs, measure: &Measure) -> CliResult<BacklogReport> {
+fn backlog(a: &Config, measure: &Measure) -> Result<BacklogReport> {
     let Some(input) = a.input else {
         return fail("bench model: the extra-DRAM model needs --input (e.g. 10GB/s)");
     };
@@ -218,7 +206,7 @@ fn backlog(a: &ModelArgs, measure: &Measure) -> CliResult<BacklogReport> {
             let mut v = Vec::new();
             for item in list.split(',') {
                 let r =
-                    model::parse_rate(item).map_err(|e| CliError::Msg(format!("--output: {e}")))?;
+                    model::parse_rate(item).map_err(|e| Error::Msg(format!("--output: {e}")))?;
                 v.push(Rate {
                     bytes_per_sec: r,
                     source: "given".into(),
@@ -255,7 +243,7 @@ fn backlog(a: &ModelArgs, measure: &Measure) -> CliResult<BacklogReport> {
             .collect();
         let title = format!("Extra DRAM for an input of {}", dec_rate(input));
         plot_backlog(png, &title, &lines, duration)
-            .map_err(|e| CliError::Msg(format!("--plot {}: {e}", png.display())))?;
+            .map_err(|e| Error::Msg(format!("--plot {}: {e}", png.display())))?;
     }
     Ok(BacklogReport {
         input_bytes_per_sec: input,
@@ -265,11 +253,11 @@ fn backlog(a: &ModelArgs, measure: &Measure) -> CliResult<BacklogReport> {
     })
 }
 
-fn makespan(a: &ModelArgs, measure: &Measure) -> CliResult<MakespanReport> {
+fn makespan(a: &Config, measure: &Measure) -> Result<MakespanReport> {
     let Some(d) = a.data_size else {
         return fail("bench model: the makespan bound needs --data-size (e.g. 76GB)");
     };
-    let rate = |given: Option<f64>, w: Workload, opt: &str| -> CliResult<Rate> {
+    let rate = |given: Option<f64>, w: Workload, opt: &str| -> Result<Rate> {
         match (given, &a.path) {
             (Some(r), _) => Ok(Rate {
                 bytes_per_sec: r,
@@ -303,12 +291,12 @@ const MEASURE_REPEATS: usize = 3;
 impl Measure {
     /// Sequential 1 MiB O_DIRECT reads or writes (writes: final fdatasync counted) on one
     /// file under `dir`, median of 3; buffered where O_DIRECT is refused.
-    fn rate(&self, dir: &Path, workload: Workload) -> CliResult<Rate> {
+    fn rate(&self, dir: &Path, workload: Workload) -> Result<Rate> {
         if !dir.is_dir() {
             return fail(format!("{}: not an existing directory", dir.display()));
         }
         let tmp = crate::bench_harness::temp_dir_in(dir)?;
-        let err = |e: std::io::Error| CliError::Msg(format!("measuring {}: {e}", dir.display()));
+        let err = |e: std::io::Error| Error::Msg(format!("measuring {}: {e}", dir.display()));
         let fs = layout::probe(tmp.path()).map_err(err)?;
         let direct = fs
             .direct_align

@@ -28,7 +28,7 @@ pub const FULL_WAIT: Duration = Duration::from_secs(10);
 const FULL_WAIT_STEP: Duration = Duration::from_millis(100);
 
 /// How fragment sizes are drawn.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Distro {
     /// Every fragment has --fragment-size bytes.
@@ -50,7 +50,7 @@ impl Pattern {
     }
 
     fn offset(key: &[u8]) -> usize {
-        (hotstore_bench::util::fnv1a64(key) as usize & (PATTERN_WINDOW - 1)) & !7
+        (crate::util::fnv1a64(key) as usize & (PATTERN_WINDOW - 1)) & !7
     }
 
     /// Writes the fragment for `key` into `out` (its whole length).
@@ -156,9 +156,9 @@ impl AckLog {
     fn append_line(&self, line: &AckLine) -> std::io::Result<()> {
         use std::io::Write;
         let text = match line {
-            AckLine::Put { key, len } => format!("put {} {len}\n", hotstore_bench::util::hex(key)),
-            AckLine::Removed(e) => format!("removed {}\n", hotstore_bench::util::hex(e)),
-            AckLine::Kept(e) => format!("kept {}\n", hotstore_bench::util::hex(e)),
+            AckLine::Put { key, len } => format!("put {} {len}\n", crate::util::hex(key)),
+            AckLine::Removed(e) => format!("removed {}\n", crate::util::hex(e)),
+            AckLine::Kept(e) => format!("kept {}\n", crate::util::hex(e)),
         };
         self.0.lock().write_all(text.as_bytes())
     }

@@ -5,29 +5,13 @@
 use super::fio::{self, FioJob};
 use super::layout::{self, FileSet, FsInfo, ALIGN};
 use super::methods::{Method, Workload};
-use super::report::{block_label, median, PointResult, Report};
+use super::report::{PointResult, Report};
 use super::workload::{run_once, RunSpec};
-use crate::util::{CliError, CliResult};
-use hotstore_bench::util::human_bytes;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-/// What to measure (validated by the caller).
-pub(super) struct Config {
-    pub path: PathBuf,
-    pub methods: Vec<Method>,
-    pub workloads: Vec<Workload>,
-    pub blocks: Vec<usize>,
-    pub threads: Vec<usize>,
-    pub full_grid: bool,
-    pub warmup: Duration,
-    pub duration: Duration,
-    pub repeat: usize,
-    pub iodepth: usize,
-    pub include_sync: bool,
-    pub file_size_total: u64,
-    pub vs_fio: bool,
-}
+use super::Config;
+use crate::util::human_bytes;
+use crate::util::{exact_bytes, median};
+use crate::{Error, Result};
+use std::path::Path;
 
 /// The (threads, block sizes) pairs to run. The full grid is every combination; the papers'
 /// grid is request rate against every block size at the first thread count (DUNE Fig. 2), and
@@ -107,17 +91,18 @@ fn skip_reason(
     None
 }
 
-/// Per-thread file size at `threads` threads: an equal share of the total, whole 4 KiB.
-pub(super) fn file_bytes(total: u64, threads: usize) -> u64 {
+/// Per-thread file size at `threads` threads: an equal share of the total, whole 4 KiB (0: the
+/// total is too small for that many threads).
+pub fn file_bytes(total: u64, threads: usize) -> u64 {
     total / threads as u64 / ALIGN as u64 * ALIGN as u64
 }
 
 /// Runs everything; the report lists every point, including skipped and failed ones.
-pub(super) fn run(cfg: &Config) -> CliResult<Report> {
+pub(super) fn run(cfg: &Config) -> Result<Report> {
     let tmp = crate::bench_harness::temp_dir_in(&cfg.path)?;
     let dir = tmp.path();
     let fs = layout::probe(dir).map_err(|e| {
-        CliError::Msg(format!(
+        Error::Msg(format!(
             "cannot create files under {}: {e}",
             cfg.path.display()
         ))
@@ -205,7 +190,7 @@ pub(super) fn run(cfg: &Config) -> CliResult<Report> {
                         "[{done}/{total}] {} {} {} x{threads}",
                         workload.name(),
                         method.name(),
-                        block_label(block as u64)
+                        exact_bytes(block as u64)
                     );
                     if let Some((status, reason)) =
                         skip_reason(method, block, fb, &fs, uring_error.as_deref())
@@ -224,7 +209,7 @@ pub(super) fn run(cfg: &Config) -> CliResult<Report> {
                             dir.display()
                         );
                         files = Some(FileSet::create(dir, threads, fb).map_err(|e| {
-                            CliError::Msg(format!(
+                            Error::Msg(format!(
                                 "cannot lay out {threads} file(s) of {} under {}: {e} \
                                  (a smaller --file-size needs less space)",
                                 human_bytes(fb as f64),

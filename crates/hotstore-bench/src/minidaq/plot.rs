@@ -6,11 +6,11 @@
 //!   fragment size for one or more configurations, ops/s on the left and
 //!   GB/s on the right, in the style of Figure 4 of the DAQDB paper.
 //!
-//! Drawn with the shared toolkit of `hotstore_bench::plot` (fonts, PNG output, palette,
+//! Drawn with the shared toolkit of `crate::plot` (fonts, PNG output, palette,
 //! labels). Units: "GB" is 10^9 bytes and "KB" 10^3 bytes throughout.
 
 use super::sampling::{merge_samples, Sample};
-use hotstore_bench::plot::{
+use crate::plot::{
     bytes_label, ensure_font, secs_label, si, trim_num, write_png, PlotError, FONT, LEGEND_AREA,
     LEGEND_LINE, PALETTE,
 };
@@ -64,6 +64,21 @@ impl TimelineLine {
     }
 }
 
+/// The headline figures drawn across a timeline as dashed lines: the readout medians the
+/// text reports, and the machine's limit (name, bytes/s) where it was measured.
+#[derive(Debug, Clone, Default)]
+pub struct TimelineMarks {
+    /// Median readout fragments/s.
+    pub readout_median_ops: f64,
+    /// Median readout bytes/s.
+    pub readout_median_bytes: f64,
+    /// The limit the ratio is taken against.
+    pub limit: Option<(String, f64)>,
+}
+
+/// Bytes per GiB: the plots use the binary units of the text report.
+const GIB: f64 = (1u64 << 30) as f64;
+
 /// Plots throughput over time of one run as a PNG (1200x800).
 ///
 /// Top panel: fragments/s, bottom panel: GB/s; each with a readout and a
@@ -83,21 +98,6 @@ impl TimelineLine {
 ///
 /// Samples with `interval_secs == 0` are ignored; if none remain, returns
 /// [`PlotError::NoData`].
-/// The headline figures drawn across a timeline as dashed lines: the readout medians the
-/// text reports, and the machine's limit (name, bytes/s) where it was measured.
-#[derive(Debug, Clone, Default)]
-pub struct TimelineMarks {
-    /// Median readout fragments/s.
-    pub readout_median_ops: f64,
-    /// Median readout bytes/s.
-    pub readout_median_bytes: f64,
-    /// The limit the ratio is taken against.
-    pub limit: Option<(String, f64)>,
-}
-
-/// Bytes per GiB: the plots use the binary units of the text report.
-const GIB: f64 = (1u64 << 30) as f64;
-
 pub fn plot_timeline(
     path: &Path,
     title: &str,

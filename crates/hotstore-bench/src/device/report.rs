@@ -1,7 +1,7 @@
 //! The results of `bench device`: one record per point, printed as a table, JSON or CSV.
 
 use super::layout::FsInfo;
-use hotstore_bench::util::{human_bytes, human_count};
+use crate::util::{exact_bytes, human_bytes, human_count};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -93,7 +93,7 @@ pub(crate) fn table(r: &Report, vs_fio: bool) -> String {
             "{:<10} {:<8} {:>9} {:>3}  ",
             p.workload,
             p.method,
-            block_label(p.block_size),
+            exact_bytes(p.block_size),
             p.threads
         );
         if !p.ok() {
@@ -136,17 +136,6 @@ pub(crate) fn table(r: &Report, vs_fio: bool) -> String {
     s
 }
 
-/// "256 B", "4 KiB", "5568 B", "1 MiB".
-pub(crate) fn block_label(b: u64) -> String {
-    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
-        format!("{} MiB", b >> 20)
-    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
-        format!("{} KiB", b >> 10)
-    } else {
-        format!("{b} B")
-    }
-}
-
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
@@ -185,34 +174,12 @@ pub(crate) fn csv(r: &Report) -> String {
     s
 }
 
-/// Median; the mean of the middle two for an even count.
-pub(crate) fn median(values: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn medians_and_labels() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
-        assert_eq!(median(&[]), None);
-        assert_eq!(block_label(256), "256 B");
-        assert_eq!(block_label(5568), "5568 B");
-        assert_eq!(block_label(4096), "4 KiB");
-        assert_eq!(block_label(1 << 20), "1 MiB");
+    fn csv_fields() {
         assert_eq!(csv_field("a, b"), "\"a, b\"");
         assert_eq!(csv_field("say \"x\""), "\"say \"\"x\"\"\"");
     }

@@ -372,7 +372,7 @@ pub(super) fn probe(dir: &Path) -> io::Result<FsInfo> {
         .open(&probe_path)?;
     preallocate(&file, ALIGN as u64)?;
     let fs_type = statfs_type(&file);
-    let memory = hotstore_bench::limits::is_memory_fs(dir);
+    let memory = crate::limits::is_memory_fs(dir);
     let (direct_align, direct_error) = match open(&probe_path, true) {
         Ok(f) => (Some(dio_align(&f).unwrap_or_else(|| probe_align(&f))), None),
         Err(e) => (None, Some(format!("O_DIRECT refused: {e}"))),
