@@ -1,463 +1,92 @@
-//! `hotstore stress`: a random mix of puts, overwrites and removals from several threads,
-//! each acknowledged operation logged (see `acklog.rs`) so a supervisor that kills the process
-//! at random moments can check afterwards that every acknowledged write is in the store.
-//!
-//! Each thread owns its keys: the ones it creates (fragment keys `run = nonce, event = n,
-//! detector = thread` and blob keys `stress-<nonce>-<thread>-<n>`, with a random 32-bit nonce
-//! per process run not used by any key in the log) and a share (by key hash) of the keys the
-//! ack log says are present from earlier runs, plus of the keys the store holds that the log
-//! never mentions (puts in flight, never acknowledged, when an earlier run was killed). So
-//! each key has at most one operation in flight at any moment, and a key is never written
-//! again after its removal.
-//!
-//! Values are self-describing so that a checker can recognise a value written by an operation
-//! that was in flight (never acknowledged) when the process died: a value of `len >= 8` bytes
-//! is `seed` (8 bytes, little-endian) followed by the SplitMix64 stream seeded with
-//! `seed ^ fnv1a64(key)`, 8 bytes per step, little-endian, cut to length; shorter values are the
-//! stream alone.
+//! `hotstore stress`: the options of the crash-test workload, and its run
+//! (`hotstore_crashtest::stress`): open the store and the ack log, say so, run, print the
+//! summary.
 
-use crate::acklog::{Ack, AckLog, LastAck};
-use crate::util::{fail, CliError, CliResult};
-use hotstore::{Durability, FragmentKey, Store, StoreOptions, TierSpec, MAX_VALUE_LEN};
-use hotstore_bench::util::fnv1a64;
-use hotstore_bench::util::{human_bytes, human_count};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-use std::collections::HashSet;
+use crate::util::{self, parse_secs, parse_size, parse_size_or_off, CliResult};
+use crate::DurabilityArg;
+use clap::Args;
+use hotstore_crashtest::stress::{Config, Stress};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// After this long without being able to write or remove anything, a full store is an error.
-const FULL_STALL_LIMIT: Duration = Duration::from_secs(10);
-
-/// What `hotstore stress` was asked to do.
-pub struct Config {
-    /// Store directory.
-    pub dir: PathBuf,
-    /// How long to run.
-    pub duration: Duration,
-    /// Acknowledgement log.
-    pub ack_log: PathBuf,
+/// Random puts, overwrites and removals, each acknowledged one logged, for crash testing.
+///
+/// Opens the store (creating it if missing, recovering it after a crash) and runs THREADS
+/// threads for DURATION seconds. Each thread writes new keys (16-byte fragment keys and longer
+/// blob keys, tagged with a random per-run nonce), overwrites and removes keys it owns, with
+/// value sizes log-uniform between 1 byte and --max-value (mostly small, some large). Keys the
+/// ack log says are present from earlier runs, and stress keys in the store the log never
+/// mentions (a put in flight, never acknowledged, when an earlier run was killed), are shared
+/// out among the threads and reused, so a store can be killed and restarted any number of
+/// times. When the store is full, a thread
+/// removes the oldest quarter of its keys and continues.
+///
+/// After the store acknowledges an operation, one line is appended to the ack log with a
+/// single write: `put <key-hex> <len> <crc32c>` or `del <key-hex>`. A supervisor may kill
+/// the process at any moment (kill -9) and later check that the store holds, for every key,
+/// what its last ack line says (each thread has at most one unacknowledged operation in
+/// flight). An unfinished last line left by a kill is cut at the next start.
+///
+/// Values of 8 bytes or more start with a 64-bit little-endian seed followed by the
+/// SplitMix64 stream of `seed ^ fnv1a64(key)`, so even an unacknowledged value can be
+/// recognised as well-formed. Prints a summary (ops, bytes, ops/s) at the end.
+#[derive(Args)]
+pub struct StressArgs {
+    /// Store directory (created if missing).
+    dir: PathBuf,
+    /// How long to run, in seconds (fractions allowed).
+    #[arg(long, value_parser = parse_secs, value_name = "SECS")]
+    duration: f64,
+    /// Acknowledgement log: appended to, created if missing; its keys are reused.
+    #[arg(long, value_name = "FILE")]
+    ack_log: PathBuf,
     /// Writer threads.
-    pub threads: usize,
-    /// Seed of the random choices (`None`: random).
-    pub seed: Option<u64>,
-    /// Largest value.
-    pub max_value: u64,
-    /// Values at least this long go by direct I/O (`None`: the engine default).
-    pub direct_io_min: Option<u64>,
-    /// Live keys each thread aims to hold.
-    pub keys_per_thread: usize,
-    /// Segment size for a new store.
-    pub segment_size: Option<u64>,
-    /// Tier capacity (replaces the stored one).
-    pub capacity: Option<u64>,
-    /// Durability of every write.
-    pub durability: Durability,
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
+    /// Seed of the random choices (default: random). The per-run key nonce is derived from it
+    /// but never reuses one found in the ack log.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Largest value, in bytes (1 B up to the engine's 256 MiB maximum).
+    #[arg(long, default_value = "1MiB", value_parser = parse_size, value_name = "BYTES")]
+    max_value: u64,
+    /// Live keys each thread aims to hold: below it new puts dominate, above it removals.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    keys: usize,
+    /// Segment file size for a new store (ignored for an existing one; the engine default is
+    /// 64 MiB). 64 KiB ..= 2 GiB, a multiple of 4096.
+    #[arg(long, value_parser = util::parse_segment_size, value_name = "BYTES")]
+    segment_size: Option<u64>,
+    /// Bytes of segment files the store may hold (stored; replaces an earlier capacity).
+    /// Default: unbounded for a new store, unchanged for an existing one.
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    capacity: Option<u64>,
+    /// Durability of every write and removal.
+    #[arg(long, value_enum, default_value = "persisted")]
+    durability: DurabilityArg,
+    /// Values at least this long go to a block tier by direct I/O (default: the engine's);
+    /// `off` never.
+    #[arg(long, value_parser = parse_size_or_off, value_name = "BYTES|off")]
+    direct_io_min: Option<u64>,
 }
 
-/// SplitMix64: fast, and simple enough to re-implement in a checker.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
-/// Fills `buf` with the `len`-byte value for `key` and `seed` (format in the module docs).
-pub fn fill_value(buf: &mut Vec<u8>, key: &[u8], len: usize, seed: u64) {
-    buf.clear();
-    buf.resize(len, 0);
-    let start = if len >= 8 {
-        buf[..8].copy_from_slice(&seed.to_le_bytes());
-        8
-    } else {
-        0
-    };
-    let mut g = SplitMix64(seed ^ fnv1a64(key));
-    for chunk in buf[start..].chunks_mut(8) {
-        let x = g.next().to_le_bytes();
-        chunk.copy_from_slice(&x[..chunk.len()]);
-    }
-}
-
-/// The nonce a stress key was made with, if it is one.
-fn key_nonce(key: &[u8]) -> Option<u32> {
-    if key.len() == FragmentKey::LEN {
-        return FragmentKey::from_bytes(key).map(|k| k.run);
-    }
-    let rest = key.strip_prefix(b"stress-")?;
-    let hex = std::str::from_utf8(rest.get(..8)?).ok()?;
-    u32::from_str_radix(hex, 16).ok()
-}
-
-/// Counters of one thread.
-#[derive(Default, Clone, Copy)]
-struct Counts {
-    new_puts: u64,
-    overwrites: u64,
-    removes: u64,
-    value_bytes: u64,
-    full: u64,
-}
-
-impl Counts {
-    fn ops(&self) -> u64 {
-        self.new_puts + self.overwrites + self.removes
-    }
-    fn add(&mut self, o: &Counts) {
-        self.new_puts += o.new_puts;
-        self.overwrites += o.overwrites;
-        self.removes += o.removes;
-        self.value_bytes += o.value_bytes;
-        self.full += o.full;
-    }
-}
-
-/// One writer thread's state.
-struct Worker<'a> {
-    id: usize,
-    nonce: u32,
-    store: &'a Store,
-    log: &'a AckLog,
-    cfg: &'a Config,
-    rng: StdRng,
-    /// Keys this thread holds, with the sequence number of their last write (older = smaller).
-    live: Vec<(Vec<u8>, u64)>,
-    seq: u64,
-    next_key: u64,
-    buf: Vec<u8>,
-    counts: Counts,
-    /// Since when nothing could be written because the store is full.
-    full_since: Option<Instant>,
-}
-
-enum Outcome {
-    Done,
-    Full,
-}
-
-impl Worker<'_> {
-    fn run(&mut self, deadline: Instant, stop: &AtomicBool) -> CliResult<Counts> {
-        while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
-            let r: f64 = self.rng.gen();
-            let (p_new, p_over) = if self.live.is_empty() {
-                (1.0, 0.0)
-            } else if self.live.len() < self.cfg.keys_per_thread {
-                (0.5, 0.3)
-            } else {
-                (0.2, 0.3)
-            };
-            let outcome = if r < p_new {
-                self.put_new()?
-            } else if r < p_new + p_over {
-                self.overwrite()?
-            } else {
-                // Half the removals take the oldest key (first in, first out, as DAQ data
-                // mostly goes), which lets whole segments die; half take a random one.
-                let i = if self.rng.gen_bool(0.5) {
-                    self.oldest()
-                } else {
-                    self.rng.gen_range(0..self.live.len())
-                };
-                self.remove(i)?
-            };
-            match outcome {
-                Outcome::Done => self.full_since = None,
-                Outcome::Full => {
-                    self.counts.full += 1;
-                    self.make_room()?;
-                }
-            }
-        }
-        Ok(self.counts)
-    }
-
-    /// Index of the key written longest ago (`live` must not be empty).
-    fn oldest(&self) -> usize {
-        (0..self.live.len())
-            .min_by_key(|&i| self.live[i].1)
-            .unwrap_or(0)
-    }
-
-    fn value_len(&mut self) -> usize {
-        // Log-uniform over 1 ..= max: mostly small values, some large ones.
-        let u: f64 = self.rng.gen();
-        let len = ((self.cfg.max_value as f64 + 1.0).ln() * u).exp().floor() as u64;
-        len.clamp(1, self.cfg.max_value) as usize
-    }
-
-    fn new_key(&mut self) -> Vec<u8> {
-        let n = self.next_key;
-        self.next_key += 1;
-        if self.rng.gen_bool(0.5) {
-            FragmentKey::new(self.nonce, n, self.id as u16, 0)
-                .to_bytes()
-                .to_vec()
-        } else {
-            format!("stress-{:08x}-{}-{n}", self.nonce, self.id).into_bytes()
-        }
-    }
-
-    /// Writes a fresh value under `key` and logs it; `Full` if the store had no room.
-    fn write(&mut self, key: &[u8]) -> CliResult<Outcome> {
-        let len = self.value_len();
-        let seed = self.rng.gen();
-        fill_value(&mut self.buf, key, len, seed);
-        match self.store.put(key, &self.buf, self.cfg.durability) {
-            Ok(()) => {}
-            Err(e) if e.is_full() => return Ok(Outcome::Full),
-            Err(e) => return Err(e.into()),
-        }
-        self.log.append(&Ack::Put {
-            key: key.to_vec(),
-            len: len as u64,
-            crc32c: crc32c::crc32c(&self.buf),
-        })?;
-        self.counts.value_bytes += len as u64;
-        self.seq += 1;
-        Ok(Outcome::Done)
-    }
-
-    fn put_new(&mut self) -> CliResult<Outcome> {
-        let key = self.new_key();
-        let outcome = self.write(&key)?;
-        if let Outcome::Done = outcome {
-            self.counts.new_puts += 1;
-            self.live.push((key, self.seq));
-        }
-        Ok(outcome)
-    }
-
-    fn overwrite(&mut self) -> CliResult<Outcome> {
-        let i = self.rng.gen_range(0..self.live.len());
-        let key = self.live[i].0.clone();
-        let outcome = self.write(&key)?;
-        if let Outcome::Done = outcome {
-            self.counts.overwrites += 1;
-            self.live[i].1 = self.seq;
-        }
-        Ok(outcome)
-    }
-
-    /// Removes `live[i]` and logs it (also when the store did not have it: an earlier
-    /// removal in flight at a crash may have landed).
-    fn remove(&mut self, i: usize) -> CliResult<Outcome> {
-        match self.store.remove(&self.live[i].0, self.cfg.durability) {
-            Ok(_) => {}
-            Err(e) if e.is_full() => return Ok(Outcome::Full),
-            Err(e) => return Err(e.into()),
-        }
-        let (key, _) = self.live.swap_remove(i);
-        self.log.append(&Ack::Del { key })?;
-        self.counts.removes += 1;
-        Ok(Outcome::Done)
-    }
-
-    /// The store is full: removes the oldest quarter of this thread's keys (first in, first
-    /// out frees whole segments), or waits a little if it holds none.
-    fn make_room(&mut self) -> CliResult<()> {
-        let since = *self.full_since.get_or_insert_with(Instant::now);
-        if since.elapsed() > FULL_STALL_LIMIT {
-            return fail(format!(
-                "the store stayed full for {} s: nothing could be written or removed",
-                FULL_STALL_LIMIT.as_secs()
-            ));
-        }
-        self.live
-            .sort_unstable_by_key(|(_, seq)| std::cmp::Reverse(*seq));
-        let n = self.live.len().div_ceil(4);
-        let mut removed = 0;
-        for _ in 0..n {
-            // The oldest key is last after the sort, so swap_remove takes it without reordering.
-            match self.remove(self.live.len() - 1)? {
-                Outcome::Done => removed += 1,
-                Outcome::Full => break,
-            }
-        }
-        if removed == 0 {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(())
-    }
-}
-
-/// Runs the stress test and prints a summary.
-pub fn run(cfg: &Config) -> CliResult<()> {
-    if cfg.max_value == 0 || cfg.max_value > MAX_VALUE_LEN {
-        return fail(format!(
-            "--max-value must be 1 to {MAX_VALUE_LEN} bytes, not {}",
-            cfg.max_value
-        ));
-    }
-    let (log, acked, lines) = AckLog::open(&cfg.ack_log)?;
-    let default_lanes = StoreOptions::new(&cfg.dir).lanes;
-    let mut opts = Store::builder(&cfg.dir).lanes(cfg.threads.max(default_lanes));
-    if let Some(min) = cfg.direct_io_min {
-        opts = opts.direct_io_min_value_bytes(usize::try_from(min).unwrap_or(usize::MAX));
-    }
-    if let Some(s) = cfg.segment_size {
-        opts = opts.segment_size_bytes(usize::try_from(s).unwrap_or(usize::MAX));
-    }
-    if let Some(c) = cfg.capacity {
-        opts = opts.tier(TierSpec::new(".").capacity_bytes(c));
-    }
-    let store = opts.open()?;
-    let report = store.recovery_report();
-    println!(
-        "stress: opened {} in {:.1} ms: {} records recovered ({} segments from summary, {} scanned, {} torn tails); ack log has {lines} lines, {} keys",
-        cfg.dir.display(),
-        report.duration.as_secs_f64() * 1e3,
-        report.records,
-        report.segments_from_summary,
-        report.segments_scanned,
-        report.torn_tails.len(),
-        acked.len()
-    );
-
-    let mut rng = match cfg.seed {
-        Some(s) => StdRng::seed_from_u64(s),
-        None => StdRng::from_entropy(),
-    };
-    // Keys in the store the log never mentions: puts that were in flight (done, never
-    // acknowledged) when an earlier run died. Adopted like the logged ones, oldest first, so
-    // they are removed or overwritten in time instead of holding their segments forever. A
-    // present key whose last ack line is `del` is never adopted: that would be a lost removal
-    // for a checker to find.
-    let orphans: Vec<Vec<u8>> = store
-        .range_keys(&[], None, usize::MAX)
-        .into_iter()
-        .map(|(k, _)| k)
-        .filter(|k| !acked.contains_key(k) && key_nonce(k).is_some())
-        .collect();
-    let used: HashSet<u32> = acked
-        .keys()
-        .chain(&orphans)
-        .filter_map(|k| key_nonce(k))
-        .collect();
-    let nonce = loop {
-        let n: u32 = rng.gen();
-        if !used.contains(&n) {
-            break n;
-        }
-    };
-    let mut shares: Vec<Vec<(Vec<u8>, u64)>> = vec![Vec::new(); cfg.threads];
-    for (key, LastAck { line_no, present }) in acked {
-        if present {
-            let t = (fnv1a64(&key) % cfg.threads as u64) as usize;
-            shares[t].push((key, line_no));
-        }
-    }
-    let adopted = orphans.len();
-    for key in orphans {
-        let t = (fnv1a64(&key) % cfg.threads as u64) as usize;
-        shares[t].push((key, 0));
-    }
-    let inherited: usize = shares.iter().map(Vec::len).sum();
-    let seeds: Vec<u64> = (0..cfg.threads).map(|_| rng.gen()).collect();
-
-    let stop = AtomicBool::new(false);
-    let started = Instant::now();
-    let deadline = started + cfg.duration;
-    let results: Vec<CliResult<Counts>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = shares
-            .into_iter()
-            .zip(seeds)
-            .enumerate()
-            .map(|(id, (live, seed))| {
-                let mut w = Worker {
-                    id,
-                    nonce,
-                    store: &store,
-                    log: &log,
-                    cfg,
-                    rng: StdRng::seed_from_u64(seed),
-                    live,
-                    seq: lines,
-                    next_key: 0,
-                    buf: Vec::new(),
-                    counts: Counts::default(),
-                    full_since: None,
-                };
-                let stop = &stop;
-                scope.spawn(move || {
-                    let r = w.run(deadline, stop);
-                    if r.is_err() {
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                    r
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| fail("a stress thread panicked"))
-            })
-            .collect()
-    });
-    let elapsed = started.elapsed().as_secs_f64();
-    let mut total = Counts::default();
-    let mut first_err: Option<CliError> = None;
-    for r in results {
-        match r {
-            Ok(c) => total.add(&c),
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
-    let closed = store.close();
-    if let Some(e) = first_err {
-        return Err(e);
-    }
-    closed?;
-    println!(
-        "stress: {} threads, {elapsed:.1} s, nonce {nonce:08x}, {inherited} keys inherited ({adopted} unacknowledged): {} ops ({} new puts, {} overwrites, {} removes), {} of values; {} ops/s, {}/s; store full {} times",
-        cfg.threads,
-        total.ops(),
-        total.new_puts,
-        total.overwrites,
-        total.removes,
-        human_bytes(total.value_bytes as f64),
-        human_count(total.ops() as f64 / elapsed),
-        human_bytes(total.value_bytes as f64 / elapsed),
-        total.full
-    );
+/// Runs `hotstore stress`.
+pub fn run(a: StressArgs) -> CliResult<()> {
+    let stress = Stress::open(Config {
+        dir: a.dir,
+        duration: Duration::from_secs_f64(a.duration),
+        ack_log: a.ack_log,
+        threads: a.threads as usize,
+        seed: a.seed,
+        max_value: a.max_value,
+        direct_io_min: a.direct_io_min,
+        keys_per_thread: a.keys,
+        segment_size: a.segment_size,
+        capacity: a.capacity,
+        durability: a.durability.into(),
+    })?;
+    println!("{}", stress.opened());
+    let summary = stress.run()?;
+    println!("{summary}");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn values_describe_themselves() {
-        let mut buf = Vec::new();
-        fill_value(&mut buf, b"key", 21, 0x1234);
-        assert_eq!(buf.len(), 21);
-        assert_eq!(&buf[..8], &0x1234u64.to_le_bytes());
-        let mut again = Vec::new();
-        fill_value(&mut again, b"key", 21, 0x1234);
-        assert_eq!(buf, again);
-        fill_value(&mut again, b"kez", 21, 0x1234);
-        assert_ne!(buf[8..], again[8..], "the stream depends on the key");
-        fill_value(&mut again, b"key", 3, 7);
-        assert_eq!(again.len(), 3);
-    }
-
-    #[test]
-    fn nonces_are_recovered_from_both_key_kinds() {
-        let k = FragmentKey::new(0xdead_beef, 5, 1, 0).to_bytes();
-        assert_eq!(key_nonce(&k), Some(0xdead_beef));
-        assert_eq!(key_nonce(b"stress-0000abcd-1-77"), Some(0xabcd));
-        assert_eq!(key_nonce(b"other"), None);
-    }
 }

@@ -1,5 +1,5 @@
-//! The acknowledgement log written by `hotstore stress`: one line per acknowledged operation,
-//! appended only after the store returned success for it.
+//! The acknowledgement log written by `hotstore stress` (and read by the kill -9 tests): one
+//! line per acknowledged operation, appended only after the store returned success for it.
 //!
 //! ```text
 //! put <key-hex> <value-len> <crc32c of the value, decimal, unsigned>
@@ -9,8 +9,8 @@
 //! interleave. A process killed mid-write can leave a last line without its newline: it is not
 //! an acknowledgement, and [`AckLog::open`] cuts it before appending.
 
-use crate::util::{fail, CliResult};
 use hotstore_bench::util::{hex, unhex};
+use hotstore_bench::{fail, Error, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -81,17 +81,17 @@ pub struct AckLog {
 impl AckLog {
     /// Opens (creating) the log at `path` for appending, cuts an unfinished last line, and
     /// returns the last acknowledged operation of every key in it and the number of lines.
-    pub fn open(path: &Path) -> CliResult<(AckLog, HashMap<Vec<u8>, LastAck>, u64)> {
+    pub fn open(path: &Path) -> Result<(AckLog, HashMap<Vec<u8>, LastAck>, u64)> {
         let err = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
         let mut file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
             .open(path)
-            .map_err(|e| crate::util::CliError::Msg(err("cannot open ack log", e)))?;
+            .map_err(|e| Error::Msg(err("cannot open ack log", e)))?;
         let mut text = Vec::new();
         file.read_to_end(&mut text)
-            .map_err(|e| crate::util::CliError::Msg(err("cannot read ack log", e)))?;
+            .map_err(|e| Error::Msg(err("cannot read ack log", e)))?;
         let complete = text.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
         if complete < text.len() {
             eprintln!(
@@ -100,7 +100,7 @@ impl AckLog {
                 text.len() - complete
             );
             file.set_len(complete as u64)
-                .map_err(|e| crate::util::CliError::Msg(err("cannot truncate ack log", e)))?;
+                .map_err(|e| Error::Msg(err("cannot truncate ack log", e)))?;
         }
         let Ok(text) = std::str::from_utf8(&text[..complete]) else {
             return fail(format!("{} is not an ack log (not UTF-8)", path.display()));
@@ -136,10 +136,10 @@ impl AckLog {
     }
 
     /// Appends one acknowledgement with a single write.
-    pub fn append(&self, ack: &Ack) -> CliResult<()> {
+    pub fn append(&self, ack: &Ack) -> Result<()> {
         let line = ack.line();
         self.file.lock().write_all(line.as_bytes()).map_err(|e| {
-            crate::util::CliError::Msg(format!(
+            Error::Msg(format!(
                 "cannot append to ack log {}: {e}",
                 self.path.display()
             ))
