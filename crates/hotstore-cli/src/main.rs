@@ -1,7 +1,10 @@
-//! `hotstore`: the command-line tool around the hotstore engine.
+//! `hotstore`: the command-line tool around the hotstore engine and its libraries.
 //!
-//! Each subcommand lives in its own module; this file holds the argument definitions (their
-//! doc comments are the `--help` text) and maps results to exit statuses.
+//! The tool parses arguments, calls the libraries and prints what they return: the engine
+//! (`hotstore`), the server, the recorder, the benchmarks (`hotstore_bench`) and the crash-test
+//! workload (`hotstore_crashtest`). This file holds the top-level command and the options of
+//! `inspect`, `verify` and `dump`, and maps results to exit statuses; every other subcommand's
+//! module holds its own options (their doc comments are the `--help` text).
 
 /// The tool's allocator. The index grows by small B-tree nodes at millions of inserts a
 /// second; with glibc's malloc a quarter of a 100 B put went to faulting in fresh heap pages
