@@ -12,8 +12,8 @@
 //! * [`plot`]: the plot toolkit every chart shares (font loading, PNG output, palette, axis
 //!   label formats), used by minidaq's and the device's figures and by [`recorder_plot`].
 //! * [`scratch`]: temporary stores removed at the end of a run and on SIGINT/SIGTERM.
-//! * [`util`]: byte sizes and counts for people, hex, a median, the hash behind the
-//!   benchmarks' patterns.
+//! * [`util`]: byte sizes and counts for people, a median, the hash behind the benchmarks'
+//!   patterns, what `--preallocate` means.
 //!
 //! A run returns a report: it serializes to the JSON object the command line's `--json`
 //! prints, and its [`Display`](std::fmt::Display) is the text printed otherwise. Notes on what
@@ -21,7 +21,7 @@
 //! returns this crate's [`Result`]; its [`Error`] is a message for the user, the engine's
 //! error, or a failed write of streamed output.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod bench;
 pub mod bench_dram;

@@ -1,6 +1,6 @@
 //! Small helpers shared by the benchmarks, the crash tests and the command line: byte sizes and
-//! counts for people, hex, a median, the hash the benchmarks derive their patterns from, and
-//! what `--preallocate` means.
+//! counts for people, a median, the hash the benchmarks derive their patterns from, and what
+//! `--preallocate` means. (Hex is the `hex` crate's, as everywhere in the workspace.)
 
 use crate::{Error, Result};
 
@@ -45,28 +45,6 @@ pub fn exact_bytes(bytes: u64) -> String {
     } else {
         format!("{bytes} B")
     }
-}
-
-/// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
-}
-
-/// Parses lower- or upper-case hex; `None` if it is not an even number of hex digits.
-pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// FNV-1a, 64 bits: where minidaq's fragment pattern starts for a key, and the key's part of
@@ -115,16 +93,6 @@ pub fn preallocate_bytes(preallocate: Option<u64>, capacity: u64) -> Result<u64>
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hex_round_trips() {
-        assert_eq!(hex(&[0, 0xab, 0x10]), "00ab10");
-        assert_eq!(unhex("00ab10"), Some(vec![0, 0xab, 0x10]));
-        assert_eq!(unhex("00AB10"), Some(vec![0, 0xab, 0x10]));
-        assert_eq!(unhex("0"), None);
-        assert_eq!(unhex("zz"), None);
-        assert_eq!(unhex("é0"), None);
-    }
 
     #[test]
     fn human_units() {

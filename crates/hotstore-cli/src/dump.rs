@@ -2,7 +2,6 @@
 
 use crate::util::{CliResult, Out};
 use hotstore::Store;
-use hotstore_bench::util::hex;
 use std::path::Path;
 
 /// One live key.
@@ -30,12 +29,17 @@ pub fn run(dir: &Path, json: bool) -> CliResult<()> {
         if json {
             out.line(format_args!(
                 "{{\"key\":\"{}\",\"len\":{},\"crc32c\":{}}}",
-                hex(&r.key),
+                hex::encode(&r.key),
                 r.len,
                 r.crc32c
             ))?;
         } else {
-            out.line(format_args!("{} {} {}", hex(&r.key), r.len, r.crc32c))?;
+            out.line(format_args!(
+                "{} {} {}",
+                hex::encode(&r.key),
+                r.len,
+                r.crc32c
+            ))?;
         }
     }
     out.flush()

@@ -1,7 +1,7 @@
 //! Small helpers of the command line: the CLI error type and exit statuses, the parsers of
 //! option values (sizes, seconds), stdout that tolerates a closed pipe (`hotstore dump | head`)
-//! and the SIGPIPE disposition. Byte sizes and counts for people, hex and what `--preallocate`
-//! means are shared with the libraries: `hotstore_bench::util`.
+//! and the SIGPIPE disposition. Byte sizes and counts for people and what `--preallocate` means
+//! are shared with the libraries: `hotstore_bench::util`.
 
 use hotstore_bench::util::PREALLOCATE_ALL;
 use std::fmt;

@@ -9,7 +9,6 @@
 //! interleave. A process killed mid-write can leave a last line without its newline: it is not
 //! an acknowledgement, and [`AckLog::open`] cuts it before appending.
 
-use hotstore_bench::util::{hex, unhex};
 use hotstore_bench::{fail, Error, Result};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -40,8 +39,8 @@ impl Ack {
     /// The line, newline included.
     pub fn line(&self) -> String {
         match self {
-            Ack::Put { key, len, crc32c } => format!("put {} {len} {crc32c}\n", hex(key)),
-            Ack::Del { key } => format!("del {}\n", hex(key)),
+            Ack::Put { key, len, crc32c } => format!("put {} {len} {crc32c}\n", hex::encode(key)),
+            Ack::Del { key } => format!("del {}\n", hex::encode(key)),
         }
     }
 
@@ -50,12 +49,12 @@ impl Ack {
         let mut parts = line.split(' ');
         let ack = match parts.next()? {
             "put" => Ack::Put {
-                key: unhex(parts.next()?).filter(|k| !k.is_empty())?,
+                key: hex::decode(parts.next()?).ok().filter(|k| !k.is_empty())?,
                 len: parts.next()?.parse().ok()?,
                 crc32c: parts.next()?.parse().ok()?,
             },
             "del" => Ack::Del {
-                key: unhex(parts.next()?).filter(|k| !k.is_empty())?,
+                key: hex::decode(parts.next()?).ok().filter(|k| !k.is_empty())?,
             },
             _ => return None,
         };

@@ -9,7 +9,7 @@
 //! It shares the formatting helpers and the error type of `hotstore-bench`
 //! ([`hotstore_bench::util`], [`hotstore_bench::Error`]).
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod acklog;
 pub mod stress;

@@ -362,28 +362,30 @@ pub(super) unsafe fn copy_nontemporal(dst: *mut u8, src: *const u8, len: usize) 
             __m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128, _mm_stream_si64,
         };
         let head = dst.align_offset(16).min(len);
-        // SAFETY (whole block): the caller guarantees both ranges; every access below stays
-        // inside [0, len); stream stores go to 16-byte (si128) or 8-byte (si64) aligned
-        // addresses, and SSE2 is part of the x86_64 baseline.
-        std::ptr::copy_nonoverlapping(src, dst, head);
-        let mut i = head;
-        while i + 16 <= len {
-            let v = _mm_loadu_si128(src.add(i).cast::<__m128i>());
-            _mm_stream_si128(dst.add(i).cast::<__m128i>(), v);
-            i += 16;
+        // SAFETY: the caller guarantees both ranges; every access in the block stays inside
+        // [0, len); stream stores go to 16-byte (si128) or 8-byte (si64) aligned addresses,
+        // and SSE2 is part of the x86_64 baseline.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, dst, head);
+            let mut i = head;
+            while i + 16 <= len {
+                let v = _mm_loadu_si128(src.add(i).cast::<__m128i>());
+                _mm_stream_si128(dst.add(i).cast::<__m128i>(), v);
+                i += 16;
+            }
+            if i + 8 <= len {
+                let v = std::ptr::read_unaligned(src.add(i).cast::<i64>());
+                _mm_stream_si64(dst.add(i).cast::<i64>(), v);
+                i += 8;
+            }
+            std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), len - i);
+            _mm_sfence();
         }
-        if i + 8 <= len {
-            let v = std::ptr::read_unaligned(src.add(i).cast::<i64>());
-            _mm_stream_si64(dst.add(i).cast::<i64>(), v);
-            i += 8;
-        }
-        std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), len - i);
-        _mm_sfence();
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         // SAFETY: the caller guarantees both ranges.
-        std::ptr::copy_nonoverlapping(src, dst, len);
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
     }
 }
 

@@ -156,9 +156,9 @@ impl AckLog {
     fn append_line(&self, line: &AckLine) -> std::io::Result<()> {
         use std::io::Write;
         let text = match line {
-            AckLine::Put { key, len } => format!("put {} {len}\n", crate::util::hex(key)),
-            AckLine::Removed(e) => format!("removed {}\n", crate::util::hex(e)),
-            AckLine::Kept(e) => format!("kept {}\n", crate::util::hex(e)),
+            AckLine::Put { key, len } => format!("put {} {len}\n", hex::encode(key)),
+            AckLine::Removed(e) => format!("removed {}\n", hex::encode(e)),
+            AckLine::Kept(e) => format!("kept {}\n", hex::encode(e)),
         };
         self.0.lock().write_all(text.as_bytes())
     }
