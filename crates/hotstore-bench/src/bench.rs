@@ -189,25 +189,6 @@ fn durability_name(d: Durability) -> &'static str {
     }
 }
 
-/// Free bytes of the file system under `dir` (for unprivileged users).
-fn fs_free_bytes(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // Safety: `c` is NUL-terminated and `st` is writable memory of the size statvfs fills.
-    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
-        return None;
-    }
-    // Safety: statvfs returned 0, so it initialised the struct.
-    let st = unsafe { st.assume_init() };
-    #[allow(
-        clippy::unnecessary_cast,
-        reason = "fsblkcnt_t and c_ulong are 32 bits on some targets"
-    )]
-    let free = (st.f_bavail as u64).saturating_mul(st.f_frsize as u64);
-    Some(free)
-}
-
 /// `MemAvailable` from /proc/meminfo.
 fn mem_available_bytes() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -219,7 +200,7 @@ fn mem_available_bytes() -> Option<u64> {
 /// Half the free space of the file system, and on a memory file system at most a quarter of
 /// the available RAM, in whole segments.
 fn auto_capacity(dir: &Path, segment_size: u64) -> Result<u64> {
-    let Some(free) = fs_free_bytes(dir) else {
+    let Some(free) = hotstore::free_space_bytes(dir) else {
         return fail(format!(
             "cannot tell the free space under {}: give --capacity",
             dir.display()

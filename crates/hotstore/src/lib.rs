@@ -42,7 +42,7 @@ pub use events::{
     MAX_EXPECTED_FRAGMENTS,
 };
 pub use key::{FragmentKey, KeyField, KeyLayout, MAX_KEY_LEN};
-pub use medium::Domain;
+pub use medium::{free_space_bytes, Domain};
 pub use meta::{FORMAT_VERSION, META_FILE};
 pub use options::{
     Durability, RecoveryMode, StoreOptions, TierSpec, WriteOptions, DIRECT_IO_MIN_VALUE_BYTES,

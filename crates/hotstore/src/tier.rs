@@ -107,7 +107,7 @@ impl Tier {
             return None;
         }
         let dir = self.medium.path();
-        let free = crate::medium::free_bytes(dir)?;
+        let free = crate::medium::free_space_bytes(dir)?;
         Some(format!(
             "; the file system under {} has {free} bytes free, too few for another segment \
              file of {} bytes: free space there, or bound the tier's capacity below what it has",

@@ -5,7 +5,7 @@
 //! trip (`EVENT.NEXT`), check every fragment and acknowledge them in one pipeline. The counters,
 //! sampler and report are those of the local run, so both print the same table and plot.
 
-use super::workload::{AckLine, Shared, Sizes, PUBLISH_EVERY};
+use super::workload::{AckLine, Collected, Shared, Sizes, PUBLISH_EVERY};
 use super::Distro;
 use hotstore::FragmentKey;
 use hotstore_client::{Ack, Client, Durability, Error, Pipeline};
@@ -173,7 +173,7 @@ pub fn collect(sh: &Shared, target: &RemoteTarget, index: usize, seed: u64) {
     };
     let d = durability(sh.durability);
     let mut rng = StdRng::seed_from_u64(seed ^ (index as u64) << 32);
-    let (mut frags, mut bytes, mut events) = (0u64, 0u64, 0u64);
+    let mut collected = Collected::default();
     while !sh.stop_collect.load(Ordering::Relaxed) {
         let readout_done = sh.readout_running.load(Ordering::Acquire) == 0;
         let claimed = match client.event_next_batch(sh.lease, target.window) {
@@ -231,23 +231,8 @@ pub fn collect(sh: &Shared, target: &RemoteTarget, index: usize, seed: u64) {
                 return sh.fail(format!("{name}: ack of event {run}/{event}: {e}"));
             }
             let prefix = hotstore::EventId::new(run, event).as_bytes().to_vec();
-            sh.log(if keep {
-                AckLine::Kept(prefix)
-            } else {
-                AckLine::Removed(prefix)
-            });
-            if keep {
-                sh.events_kept.fetch_add(1, Ordering::Relaxed);
-            }
-            sh.events_collected.fetch_add(1, Ordering::AcqRel);
-            frags += n;
-            bytes += b;
-            events += 1;
-        }
-        if frags >= PUBLISH_EVERY {
-            sh.counters.add_collect(frags, bytes, events);
-            (frags, bytes, events) = (0, 0, 0);
+            sh.acknowledged(&mut collected, prefix, keep, n, b);
         }
     }
-    sh.counters.add_collect(frags, bytes, events);
+    sh.publish_collected(collected);
 }

@@ -204,7 +204,47 @@ pub enum Target {
     Remote(super::remote::RemoteTarget),
 }
 
+/// A collector's counts not yet handed to the sampler.
+#[derive(Default)]
+pub(super) struct Collected {
+    frags: u64,
+    bytes: u64,
+    events: u64,
+}
+
 impl Shared {
+    /// One event a collector acknowledged (`prefix`: its event id; `frags` fragments of
+    /// `bytes`): logged, counted, and handed to the sampler every [`PUBLISH_EVERY`] fragments.
+    pub(super) fn acknowledged(
+        &self,
+        c: &mut Collected,
+        prefix: Vec<u8>,
+        keep: bool,
+        frags: u64,
+        bytes: u64,
+    ) {
+        self.log(if keep {
+            AckLine::Kept(prefix)
+        } else {
+            AckLine::Removed(prefix)
+        });
+        if keep {
+            self.events_kept.fetch_add(1, Ordering::Relaxed);
+        }
+        self.events_collected.fetch_add(1, Ordering::AcqRel);
+        c.frags += frags;
+        c.bytes += bytes;
+        c.events += 1;
+        if c.frags >= PUBLISH_EVERY {
+            self.publish_collected(std::mem::take(c));
+        }
+    }
+
+    /// Hands a collector's remaining counts to the sampler.
+    pub(super) fn publish_collected(&self, c: Collected) {
+        self.counters.add_collect(c.frags, c.bytes, c.events);
+    }
+
     pub(super) fn fail(&self, msg: String) {
         self.error.lock().get_or_insert(msg);
         self.stop_readout.store(true, Ordering::Release);
@@ -290,7 +330,7 @@ pub fn readout(
 pub fn collect(sh: &Shared, store: &Store, index: usize, seed: u64) {
     let name = format!("collector-{index}");
     let mut rng = StdRng::seed_from_u64(seed ^ (index as u64) << 32);
-    let (mut frags, mut bytes, mut events) = (0u64, 0u64, 0u64);
+    let mut collected = Collected::default();
     while !sh.stop_collect.load(Ordering::Relaxed) {
         let readout_done = sh.readout_running.load(Ordering::Acquire) == 0;
         let claim = match store.next_event_wait(&name, sh.lease, Duration::from_millis(20)) {
@@ -334,22 +374,7 @@ pub fn collect(sh: &Shared, store: &Store, index: usize, seed: u64) {
         if let Err(e) = claim.ack_with(how, sh.durability) {
             return sh.fail(format!("{name}: ack of event {event}: {e}"));
         }
-        sh.log(if keep {
-            AckLine::Kept(event.as_bytes().to_vec())
-        } else {
-            AckLine::Removed(event.as_bytes().to_vec())
-        });
-        if keep {
-            sh.events_kept.fetch_add(1, Ordering::Relaxed);
-        }
-        sh.events_collected.fetch_add(1, Ordering::AcqRel);
-        frags += n;
-        bytes += b;
-        events += 1;
-        if frags >= PUBLISH_EVERY {
-            sh.counters.add_collect(frags, bytes, events);
-            (frags, bytes, events) = (0, 0, 0);
-        }
+        sh.acknowledged(&mut collected, event.as_bytes().to_vec(), keep, n, b);
     }
-    sh.counters.add_collect(frags, bytes, events);
+    sh.publish_collected(collected);
 }

@@ -167,8 +167,9 @@ pub trait Region: Send + Sync {
 }
 
 /// Bytes an unprivileged writer can still use on the file system under `dir` (`statvfs`),
-/// `None` where that cannot be asked.
-pub(crate) fn free_bytes(dir: &Path) -> Option<u64> {
+/// `None` where that cannot be asked: what a new store's segments are fitted to, and a guide
+/// for a tier's capacity.
+pub fn free_space_bytes(dir: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();

@@ -94,7 +94,7 @@ impl Store {
                 let segment_size = match (&options.media, specs.first()) {
                     (None, Some(t)) => fit_segment_size(
                         options.segment_size_bytes,
-                        crate::medium::free_bytes(&resolve(&options.dir, &t.path)),
+                        crate::medium::free_space_bytes(&resolve(&options.dir, &t.path)),
                     ),
                     _ => options.segment_size_bytes,
                 };
