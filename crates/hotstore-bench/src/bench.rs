@@ -40,6 +40,7 @@ pub enum Op {
 
 /// Key order of `get`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Order {
     /// Each thread walks the keys in key order from its own starting point.
@@ -50,6 +51,7 @@ pub enum Order {
 
 /// A peer measured beside hotstore in the same run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Peer {
     /// LMDB (C, through heed) with MDB_NOSYNC | MDB_WRITEMAP: puts 1000 per transaction and

@@ -5,7 +5,7 @@ use crate::util::{
     self, fail, parse_secs, parse_size, parse_size_or_off, CliError, CliResult, Out,
 };
 use crate::DurabilityArg;
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use hotstore_bench::device::{self, model, model_cmd, Method, Workload};
 use hotstore_bench::{bench, bench_dram, bench_recovery};
 use std::path::PathBuf;
@@ -75,7 +75,7 @@ pub struct BenchArgs {
     key_count: Option<u64>,
     /// get only: key order.
     #[arg(long, value_enum, default_value = "seq")]
-    order: OrderArg,
+    order: bench::Order,
     /// Segment file size (default: the engine's, 64 MiB).
     #[arg(long, value_parser = util::parse_segment_size, value_name = "BYTES")]
     segment_size: Option<u64>,
@@ -119,7 +119,7 @@ pub struct BenchArgs {
     /// with their ratio: `lmdb` (put: 1000 puts per transaction and one per transaction; get:
     /// zero-copy reads; MDB_NOSYNC|MDB_WRITEMAP, one thread).
     #[arg(long, value_enum)]
-    vs: Option<PeerArg>,
+    vs: Option<bench::Peer>,
 }
 
 /// Measure how fast an open rebuilds the index.
@@ -148,23 +148,6 @@ pub struct RecoveryArgs {
     /// segments_scanned).
     #[arg(long)]
     json: bool,
-}
-
-/// Key order of `get`.
-#[derive(Clone, Copy, ValueEnum)]
-enum OrderArg {
-    /// Each thread walks the keys in key order from its own starting point.
-    Seq,
-    /// Uniformly random keys.
-    Random,
-}
-
-/// A peer measured beside hotstore in the same run.
-#[derive(Clone, Copy, ValueEnum)]
-enum PeerArg {
-    /// LMDB (C, through heed) with MDB_NOSYNC | MDB_WRITEMAP: puts 1000 per transaction and
-    /// one per transaction; gets zero-copy in read transactions.
-    Lmdb,
 }
 
 /// Options of `bench dram`.
@@ -421,23 +404,6 @@ pub struct ModelArgs {
     json: bool,
 }
 
-impl From<OrderArg> for bench::Order {
-    fn from(o: OrderArg) -> Self {
-        match o {
-            OrderArg::Seq => bench::Order::Seq,
-            OrderArg::Random => bench::Order::Random,
-        }
-    }
-}
-
-impl From<PeerArg> for bench::Peer {
-    fn from(p: PeerArg) -> Self {
-        match p {
-            PeerArg::Lmdb => bench::Peer::Lmdb,
-        }
-    }
-}
-
 /// Runs a `bench` subcommand.
 pub fn run(cmd: BenchCommand) -> CliResult<ExitCode> {
     match cmd {
@@ -471,7 +437,7 @@ fn run_put_get(op: bench::Op, a: BenchArgs) -> CliResult<()> {
         durability: a.durability.into(),
         duration: Duration::from_secs_f64(a.duration),
         key_count: a.key_count,
-        order: a.order.into(),
+        order: a.order,
         segment_size: a.segment_size,
         capacity: a.capacity,
         repeat: a.repeat as usize,
@@ -480,7 +446,7 @@ fn run_put_get(op: bench::Op, a: BenchArgs) -> CliResult<()> {
         preallocate: a.preallocate,
         events: a.events,
         direct_io_min: a.direct_io_min,
-        vs: a.vs.map(Into::into),
+        vs: a.vs,
         progress: !a.json,
     })?;
     print(&report, a.json)

@@ -3,7 +3,7 @@
 
 use crate::util::{fail, parse_secs, parse_size, CliError, CliResult, EXIT_DAMAGE};
 use crate::DurabilityArg;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use hotstore_bench::minidaq::{self, Distro, Mode};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,7 +32,7 @@ use std::time::Duration;
 pub struct MinidaqArgs {
     /// fill-drain (fill, then drain) or parallel (readout and collection at once).
     #[arg(long, value_enum, default_value = "parallel")]
-    mode: ModeArg,
+    mode: Mode,
     /// Readout threads.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=128))]
     readout_threads: u16,
@@ -47,7 +47,7 @@ pub struct MinidaqArgs {
     fragment_size: u64,
     /// Fragment size distribution.
     #[arg(long, value_enum, default_value = "const")]
-    fragment_distro: DistroArg,
+    fragment_distro: Distro,
     /// Probability that a collector keeps an event (Keep) rather than removing it.
     #[arg(long, default_value_t = 0.0, value_name = "P")]
     acceptance: f64,
@@ -117,24 +117,6 @@ pub struct MinidaqArgs {
     window: u32,
 }
 
-/// Fill-drain or parallel.
-#[derive(Clone, Copy, ValueEnum)]
-enum ModeArg {
-    /// Readout fills the store, then collectors drain it (DAQDB Fig. 3).
-    FillDrain,
-    /// Readout and collection at once (DAQDB Fig. 4).
-    Parallel,
-}
-
-/// How fragment sizes are drawn.
-#[derive(Clone, Copy, ValueEnum)]
-enum DistroArg {
-    /// Every fragment has --fragment-size bytes.
-    Const,
-    /// Poisson-distributed sizes with mean --fragment-size (at least 1 byte).
-    Poisson,
-}
-
 fn parse_sweep(s: &str) -> CliResult<Vec<u64>> {
     let Some(list) = s.strip_prefix("fragment-size=") else {
         return fail(format!(
@@ -144,24 +126,6 @@ fn parse_sweep(s: &str) -> CliResult<Vec<u64>> {
     list.split(',')
         .map(|v| parse_size(v.trim()).map_err(|e| CliError::Msg(format!("--sweep: {e}"))))
         .collect()
-}
-
-impl From<ModeArg> for Mode {
-    fn from(m: ModeArg) -> Self {
-        match m {
-            ModeArg::FillDrain => Mode::FillDrain,
-            ModeArg::Parallel => Mode::Parallel,
-        }
-    }
-}
-
-impl From<DistroArg> for Distro {
-    fn from(d: DistroArg) -> Self {
-        match d {
-            DistroArg::Const => Distro::Const,
-            DistroArg::Poisson => Distro::Poisson,
-        }
-    }
 }
 
 /// Runs `hotstore minidaq`: one run, or the sweep. Exit status 1 if any integrity error was
@@ -180,9 +144,9 @@ pub fn run(a: MinidaqArgs) -> CliResult<ExitCode> {
         collector_threads: a.collector_threads as usize,
         detectors: a.detectors,
         fragment_size: a.fragment_size,
-        distro: a.fragment_distro.into(),
+        distro: a.fragment_distro,
         acceptance: a.acceptance,
-        mode: a.mode.into(),
+        mode: a.mode,
         duration,
         events: a.events,
         sample_ms: a.sample_ms,

@@ -33,6 +33,7 @@ pub use workload::Distro;
 
 /// Fill-drain or parallel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// Readout fills the store, then collectors drain it (DAQDB Fig. 3).

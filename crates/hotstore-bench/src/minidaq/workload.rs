@@ -29,6 +29,7 @@ const FULL_WAIT_STEP: Duration = Duration::from_millis(100);
 
 /// How fragment sizes are drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Distro {
     /// Every fragment has --fragment-size bytes.
