@@ -180,10 +180,7 @@ pub fn collect(sh: &Shared, target: &RemoteTarget, index: usize, seed: u64) {
             Ok(c) if c.is_empty() => match client.event_next(sh.lease, Some(IDLE_BLOCK)) {
                 Ok(Some(c)) => vec![c],
                 Ok(None) => {
-                    if readout_done
-                        && sh.events_collected.load(Ordering::Acquire)
-                            >= sh.events_written.load(Ordering::Acquire)
-                    {
+                    if sh.all_collected(readout_done) {
                         break;
                     }
                     continue;
@@ -204,16 +201,7 @@ pub fn collect(sh: &Shared, target: &RemoteTarget, index: usize, seed: u64) {
                 }
             }
             let n = c.fragments.len() as u64;
-            if n != u64::from(sh.detectors) {
-                bad += 1; // an event offered with fragments missing or extra
-            }
-            if bad > 0 {
-                sh.integrity_errors.fetch_add(bad, Ordering::Relaxed);
-                eprintln!(
-                    "integrity: event {}/{} failed its check ({bad} bad, {n} fragments)",
-                    c.run, c.event
-                );
-            }
+            sh.check_event(&format_args!("{}/{}", c.run, c.event), n, bad);
             let keep = sh.acceptance > 0.0 && rng.gen_bool(sh.acceptance.min(1.0));
             acks.event_ack(
                 &c.token,

@@ -241,6 +241,26 @@ impl Shared {
         }
     }
 
+    /// True once readout has finished and every event it wrote was collected: a collector that
+    /// found nothing READY is done.
+    pub(super) fn all_collected(&self, readout_done: bool) -> bool {
+        readout_done
+            && self.events_collected.load(Ordering::Acquire)
+                >= self.events_written.load(Ordering::Acquire)
+    }
+
+    /// Counts and reports an event whose check found `bad` damaged fragments, or that has not
+    /// --detectors fragments (`n`): an event offered with fragments missing or extra.
+    pub(super) fn check_event(&self, event: &dyn std::fmt::Display, n: u64, mut bad: u64) {
+        if n != u64::from(self.detectors) {
+            bad += 1;
+        }
+        if bad > 0 {
+            self.integrity_errors.fetch_add(bad, Ordering::Relaxed);
+            eprintln!("integrity: event {event} failed its check ({bad} bad, {n} fragments)");
+        }
+    }
+
     /// Hands a collector's remaining counts to the sampler.
     pub(super) fn publish_collected(&self, c: Collected) {
         self.counters.add_collect(c.frags, c.bytes, c.events);
@@ -338,10 +358,7 @@ pub fn collect(sh: &Shared, store: &Store, index: usize, seed: u64) {
             Ok(Some(c)) => c,
             Ok(None) => {
                 // Done once readout is and nothing more became READY.
-                if readout_done
-                    && sh.events_collected.load(Ordering::Acquire)
-                        >= sh.events_written.load(Ordering::Acquire)
-                {
+                if sh.all_collected(readout_done) {
                     break;
                 }
                 continue;
@@ -359,16 +376,7 @@ pub fn collect(sh: &Shared, store: &Store, index: usize, seed: u64) {
         if let Err(e) = walked {
             return sh.fail(format!("{name}: reading event {}: {e}", claim.event()));
         }
-        if n != u64::from(sh.detectors) {
-            bad += 1; // an event offered with fragments missing or extra
-        }
-        if bad > 0 {
-            sh.integrity_errors.fetch_add(bad, Ordering::Relaxed);
-            eprintln!(
-                "integrity: event {} failed its check ({bad} bad, {n} fragments)",
-                claim.event()
-            );
-        }
+        sh.check_event(claim.event(), n, bad);
         let event = claim.event().clone();
         let keep = sh.acceptance > 0.0 && rng.gen_bool(sh.acceptance.min(1.0));
         let how = if keep { Ack::Keep } else { Ack::Remove };
