@@ -5,6 +5,7 @@
 
 use crate::plot::{ensure_font, write_png, PlotError, FONT, PALETTE};
 use hotstore_recorder::Sample;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -37,13 +38,22 @@ fn dropped_bytes(s: &Sample) -> f64 {
     s.frames_dropped as f64 * (s.bytes_in as f64 / s.frames_in as f64)
 }
 
+/// The legend, top right, over a light background.
+fn draw_legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.5))
+        .label_font((FONT, 14))
+        .draw()
+}
+
 /// Vertical lines at the triggers, the first one in the legend.
 fn draw_triggers<DB: DrawingBackend>(
-    chart: &mut ChartContext<
-        '_,
-        DB,
-        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
-    >,
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
     triggers: &[f64],
     y_max: f64,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
@@ -115,13 +125,7 @@ pub fn plot(
             .legend(|(x, y)| PathElement::new([(x, y), (x + 25, y)], DROP_COLOR.stroke_width(2)));
     }
     draw_triggers(&mut chart, triggers, y_max)?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.5))
-        .label_font((FONT, 14))
-        .draw()?;
+    draw_legend(&mut chart)?;
 
     let mb = |b: f64| b / MIB;
     let peak = samples.iter().map(|s| s.backlog_bytes).max().unwrap_or(0) as f64;
@@ -182,12 +186,6 @@ pub fn plot(
             .legend(|(x, y)| PathElement::new([(x, y), (x + 25, y)], BOUND_COLOR.stroke_width(1)));
     }
     draw_triggers(&mut chart, triggers, y_max)?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.5))
-        .label_font((FONT, 14))
-        .draw()?;
+    draw_legend(&mut chart)?;
     write_png(&root, path)
 }
