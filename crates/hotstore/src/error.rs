@@ -38,11 +38,20 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
-    /// No tier has room for the write; nothing stored was touched.
-    #[error("store full: a write of {needed_bytes} bytes does not fit (capacity {capacity_bytes} bytes over all tiers{device}); remove or acknowledge data, or raise the tier capacity")]
+    /// No tier has room for the write; nothing stored was touched. Dead space was recycled
+    /// and relocated first: what is left is live data and the reserve.
+    #[error("store full: a write of {needed_bytes} bytes needs a new file of {file_bytes} bytes and no tier has room (capacity {capacity_bytes} bytes over all tiers: {live_bytes} live, {dead_bytes} dead that could not be freed yet, {reserve_bytes} reserved for removals and relocation{device}); remove or acknowledge data, or raise the tier capacity")]
     StoreFull {
         /// Bytes the write needed (record size).
         needed_bytes: u64,
+        /// Bytes of the file it needed (a standard segment, or a file of its own).
+        file_bytes: u64,
+        /// Bytes of live records over all tiers.
+        live_bytes: u64,
+        /// Bytes of dead records not freed.
+        dead_bytes: u64,
+        /// Bytes puts leave free: removals and relocation use them.
+        reserve_bytes: u64,
         /// Sum of tier capacities.
         capacity_bytes: u64,
         /// Empty, or what a full file system under a tier has left and what to do (starts

@@ -29,6 +29,7 @@ mod meta;
 mod options;
 mod record;
 mod recovery;
+mod relocation;
 mod segment;
 mod stats;
 mod store;
@@ -50,7 +51,7 @@ pub use options::{
 };
 pub use record::MAX_VALUE_LEN;
 pub use recovery::RecoveryReport;
-pub use stats::{Stats, TierStats, Wait, Waits};
+pub use stats::{Relocation, Stats, TierStats, Wait, Waits};
 pub use store::{Reservation, Store, MAX_VALUE_PARTS};
 pub use verify::{verify_dir, Damage, VerifyReport};
 

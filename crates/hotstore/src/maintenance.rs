@@ -21,9 +21,19 @@ pub(crate) trait Upkeep: Send + Sync {
     fn reclaim(&self, id: u64);
     /// Prepares one ready file if the stock is below its target; true if it made one.
     fn prepare_one(&self) -> bool;
-    /// The periodic sweep: dead active segments, groups of dead segments pinning each other.
+    /// The periodic sweep: dead active segments, groups of dead segments pinning each other,
+    /// background relocation and offload.
     fn sweep(&self);
+    /// A writer found the store full: free space now (reclaim, relocate) until a tier has
+    /// `need` bytes of room; true if one has.
+    fn make_room(&self, need: u64) -> bool;
+    /// Relocates everything worth it (`Store::compact`), reporting (bytes moved, dead bytes
+    /// left) as it goes; returns the bytes moved.
+    fn compact(&self, report: &mut dyn FnMut(u64, u64)) -> crate::Result<u64>;
 }
+
+/// Progress of a compaction: (bytes moved so far, dead bytes left).
+pub(crate) type CompactProgress = Box<dyn FnMut(u64, u64) + Send>;
 
 /// Work for the maintenance thread.
 pub(crate) enum Job {
@@ -31,6 +41,13 @@ pub(crate) enum Job {
     Reclaim(u64),
     /// A writer took a prepared file: restock now rather than at the next tick.
     Prepare,
+    /// A writer found the store full (see `Upkeep::make_room`); the answer goes to `reply`.
+    MakeRoom {
+        need: u64,
+        reply: std::sync::mpsc::Sender<bool>,
+    },
+    /// Compact, reporting progress, then send the result.
+    Compact(CompactProgress, std::sync::mpsc::Sender<crate::Result<u64>>),
     Stop,
 }
 
@@ -79,6 +96,12 @@ fn handle(inner: &dyn Upkeep, job: Job) -> bool {
         Job::Seal(seg) => inner.seal(&seg),
         Job::Reclaim(id) => inner.reclaim(id),
         Job::Prepare => {} // the caller's loop prepares after every job
+        Job::MakeRoom { need, reply } => {
+            let _ = reply.send(inner.make_room(need));
+        }
+        Job::Compact(mut progress, reply) => {
+            let _ = reply.send(inner.compact(&mut *progress));
+        }
         Job::Stop => return true,
     }
     false

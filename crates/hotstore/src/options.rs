@@ -153,7 +153,16 @@ pub struct StoreOptions {
     /// takes O_DIRECT. Default [`DIRECT_IO_MIN_VALUE_BYTES`] (the crossover measured in
     /// docs/benchmarks.md); `usize::MAX` turns direct I/O off.
     pub direct_io_min_value_bytes: usize,
+    /// Once a tier's records fill this fraction of its capacity, its oldest sealed segments
+    /// move to the next tier down in the background (offload; reads and events work wherever a
+    /// record lives). Default [`OFFLOAD_HIGH_WATER`]; `None` turns offload off. Only tiers with
+    /// a capacity and a tier below them offload.
+    pub offload_high_water: Option<f64>,
 }
+
+/// Default of [`StoreOptions::offload_high_water`]: at 80% a tier still has room for a burst
+/// while its oldest data leaves.
+pub const OFFLOAD_HIGH_WATER: f64 = 0.8;
 
 /// Default of [`StoreOptions::direct_io_min_value_bytes`]: below it a buffered write plus the
 /// group commit's write-back is as fast as a direct write (measured: docs/benchmarks.md).
@@ -170,6 +179,7 @@ impl std::fmt::Debug for StoreOptions {
             .field("recovery", &self.recovery)
             .field("verify_on_read", &self.verify_on_read)
             .field("direct_io_min_value_bytes", &self.direct_io_min_value_bytes)
+            .field("offload_high_water", &self.offload_high_water)
             .finish()
     }
 }
@@ -192,6 +202,7 @@ impl StoreOptions {
             media: None,
             preallocate_bytes: 0,
             direct_io_min_value_bytes: DIRECT_IO_MIN_VALUE_BYTES,
+            offload_high_water: Some(OFFLOAD_HIGH_WATER),
         }
     }
 
@@ -242,6 +253,11 @@ impl StoreOptions {
         self.preallocate_bytes = bytes;
         self
     }
+    /// Sets the offload high-water mark (fraction of a tier's capacity; `None`: no offload).
+    pub fn offload_high_water(mut self, fraction: Option<f64>) -> Self {
+        self.offload_high_water = fraction;
+        self
+    }
     /// Writes values of at least `bytes` with direct I/O on block tiers (`usize::MAX`: never).
     pub fn direct_io_min_value_bytes(mut self, bytes: usize) -> Self {
         self.direct_io_min_value_bytes = bytes;
@@ -254,6 +270,18 @@ impl StoreOptions {
 
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |name, reason: String| Err(Error::InvalidOption { name, reason });
+        if self
+            .offload_high_water
+            .is_some_and(|f| !(f > 0.0 && f <= 1.0))
+        {
+            return Err(Error::InvalidOption {
+                name: "offload_high_water",
+                reason: format!(
+                    "{:?}: a fraction of the tier's capacity, above 0 and at most 1",
+                    self.offload_high_water
+                ),
+            });
+        }
         if !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&self.segment_size_bytes)
             || !self.segment_size_bytes.is_multiple_of(4096)
         {

@@ -69,6 +69,13 @@ pub struct Stats {
     pub full_errors: u64,
     /// Where writers waited since open (a stall is counted, not guessed).
     pub waits: Waits,
+    /// Relocation and offload since open.
+    pub relocation: Relocation,
+    /// Bytes of records written by users since open (puts, removals, event records): the
+    /// denominator of write amplification.
+    pub written_bytes: u64,
+    /// Bytes puts leave free for removals and relocation (see docs/design.md, "Space").
+    pub reserve_bytes: u64,
     /// Key layout.
     pub layout: String,
     /// Events by state, and lifecycle counters.
@@ -99,4 +106,30 @@ pub struct Waits {
     /// A `Persisted` write on a block tier waited for its group commit (the device's cost,
     /// expected: the others are stalls).
     pub sync: Wait,
+}
+
+/// What relocation and offload did since open.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Relocation {
+    /// Records moved within their tier to free space (cleaning).
+    pub records: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Records moved to a lower tier (offload).
+    pub offloaded_records: u64,
+    /// Their bytes.
+    pub offloaded_bytes: u64,
+    /// Groups of segments emptied by relocation.
+    pub groups: u64,
+}
+
+impl Stats {
+    /// Bytes written to the tiers for each byte users wrote: 1.0 without relocation.
+    pub fn write_amplification(&self) -> f64 {
+        if self.written_bytes == 0 {
+            return 1.0;
+        }
+        (self.written_bytes + self.relocation.bytes + self.relocation.offloaded_bytes) as f64
+            / self.written_bytes as f64
+    }
 }

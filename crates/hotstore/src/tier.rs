@@ -141,6 +141,21 @@ impl Tier {
         self.capacity_bytes == 0 || s.used_bytes + len as u64 <= self.capacity_bytes
     }
 
+    /// Bytes that can still be taken: pooled files and unallocated capacity (the device's
+    /// free space for a tier it bounds).
+    pub fn room_bytes(&self) -> u64 {
+        let s = self.state.lock();
+        let pooled = (s.free.len() + s.ready.len()) as u64 * self.segment_size as u64;
+        let unallocated = if self.capacity_bytes > 0 {
+            self.capacity_bytes.saturating_sub(s.used_bytes)
+        } else if s.device_full {
+            0
+        } else {
+            crate::medium::free_space_bytes(self.medium.path()).unwrap_or(0)
+        };
+        pooled + unallocated
+    }
+
     /// Ready files to keep in stock: [`READY_LOOKAHEAD`] at the rate files were taken
     /// recently (at least [`READY_TARGET`], at most [`READY_MAX_BYTES`]).
     fn ready_target(&self, s: &TierState) -> usize {
@@ -166,9 +181,9 @@ impl Tier {
 
     /// A file of `len` bytes and whether it came from a pool (true) or was made or waited for
     /// by the caller (false), or `None` if the tier is full. Unless the file is for removals,
-    /// `reserve` standard files' worth of space must remain afterwards, so that a full store
+    /// `reserve` bytes of space must remain afterwards, so that a full store
     /// can still take the tombstones that free it.
-    pub fn take(&self, len: usize, reserve: usize) -> Result<Option<(SlotRegion, bool)>> {
+    pub fn take(&self, len: usize, reserve: u64) -> Result<Option<(SlotRegion, bool)>> {
         let taken = self.take_inner(len, reserve)?;
         if taken.is_some() && len == self.segment_size {
             self.state.lock().note_take();
@@ -176,13 +191,17 @@ impl Tier {
         Ok(taken)
     }
 
-    fn take_inner(&self, len: usize, reserve: usize) -> Result<Option<(SlotRegion, bool)>> {
+    fn take_inner(&self, len: usize, reserve: u64) -> Result<Option<(SlotRegion, bool)>> {
         // Fix (found by tests/full.rs): on a tier bounded only by its device, a put must leave
         // `reserve` pooled files too: once the device is full they are the only room the
         // tombstones that free it have (after a reopen, when no lane has an active segment,
         // the only room at all). So the pool is topped up to `reserve` first, and a put only
         // takes a pooled file beyond those; else it creates one, which a full device refuses.
-        let held_back = if self.capacity_bytes == 0 { reserve } else { 0 };
+        let held_back = if self.capacity_bytes == 0 {
+            reserve.div_ceil(self.segment_size as u64) as usize
+        } else {
+            0
+        };
         let mut waited = false;
         if held_back > 0 {
             let (ok, made) = self.top_up(held_back)?;
@@ -202,7 +221,7 @@ impl Tier {
                     let mut room = true;
                     if reserve > 0 && self.capacity_bytes > 0 {
                         let unallocated = self.capacity_bytes.saturating_sub(s.used_bytes);
-                        let needed = len as u64 + reserve as u64 * self.segment_size as u64;
+                        let needed = len as u64 + reserve;
                         room = pooled as u64 * self.segment_size as u64 + unallocated >= needed;
                     }
                     if room && len == self.segment_size && pooled > held_back {

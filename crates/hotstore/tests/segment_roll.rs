@@ -84,16 +84,11 @@ fn waits_for_space_are_counted() {
 /// not reproduce the minidaq wedge that moved the sweep out of the idle branch, see
 /// maintenance.rs.)
 ///
-/// Known wedge (issue 15, not fixed yet): under CPU load one thread can run far ahead, so every
-/// segment its lane rolls through holds tombstones that shadow records of the other lane's
-/// long-lived active segment and pins on it. When the store fills, both threads block in their
-/// put (their removals come after it), the other lane's active segment keeps live records that
-/// only those blocked writes would shadow, and everything pinned on it stays: full for good.
-/// Breaking it needs relocation of live records (move them out so the segment can go), which
-/// is issue 15's first part. Ignored until then so the suite holds on a busy machine (it failed
-/// about 1 run in 3 beside a compile); run it with `cargo test -- --ignored`.
+/// It used to wedge about 1 run in 3 under CPU load: one thread ran far ahead, every segment
+/// its lane rolled through held tombstones pinned on the other lane's long-lived active segment,
+/// and once the store filled nothing could be freed. Relocation (issue 15) moves that
+/// segment's live records out when a writer finds the store full, so it can go.
 #[test]
-#[ignore = "known wedge under CPU load, needs relocation of live records (issue 15)"]
 fn a_busy_bounded_store_frees_segments_that_pin_each_other() {
     let dir = tempfile::tempdir().unwrap();
     let s = hotstore::Store::builder(dir.path())

@@ -66,6 +66,7 @@ impl Inner {
         }
         self.write_header(&mut lane, &seg, off, kind, prefix, value.len(), body_crc)?;
         let rec_len = rec_len as u64;
+        lane.bytes += rec_len;
         match what {
             EventWrite::Remove => self.apply_remove(&mut shard, &seg, prefix, rec_len),
             EventWrite::Seal | EventWrite::Keep => {

@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// Times one write asks maintenance for room before it takes "full" for an answer.
+const MAX_ROOM_REQUESTS: usize = 16;
+
 impl Inner {
     fn lane(&self) -> MutexGuard<'_, Lane> {
         let i = LANE.with(|l| *l) % self.lanes.len();
@@ -21,6 +24,7 @@ impl Inner {
         for_removal: bool,
     ) -> Result<(MutexGuard<'_, Lane>, Arc<Segment>, usize)> {
         let deadline = full_wait.map(|w| Instant::now() + w);
+        let mut room_asked = 0;
         loop {
             // Read before trying, so space given back meanwhile is not waited for in vain.
             let generation = *self.space.0.lock();
@@ -29,6 +33,17 @@ impl Inner {
                 Ok((seg, off)) => return Ok((lane, seg, off)),
                 Err(e) if e.is_full() => {
                     drop(lane);
+                    // Fix (issue 15): dead space waiting to be recycled, or that relocation
+                    // can free, is room: ask maintenance for it and wait for its answer before
+                    // calling the store full. A write used to fail while it existed. Room
+                    // made for us may be taken by another writer first; that writer made
+                    // progress, so asking again is no livelock, but it is bounded all the same.
+                    if room_asked < MAX_ROOM_REQUESTS
+                        && self.ask_for_room(self.room_needed(rec_len, for_removal))?
+                    {
+                        room_asked += 1;
+                        continue;
+                    }
                     let remaining = deadline
                         .and_then(|d| d.checked_duration_since(Instant::now()))
                         .filter(|r| !r.is_zero());
@@ -44,10 +59,41 @@ impl Inner {
                             .wait_for(&mut g, remaining.min(Duration::from_millis(50)));
                         self.counters.full_waits.record(t.elapsed());
                     }
+                    room_asked = 0;
                 }
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Bytes of room a tier must have for a `rec_len` write to get its file (see `room`).
+    fn room_needed(&self, rec_len: usize, for_removal: bool) -> u64 {
+        if for_removal && rec_len + SEGMENT_HEADER_LEN <= self.removal_file_len() {
+            self.removal_file_len() as u64 + self.relocation_reserve()
+        } else {
+            self.file_len_for(rec_len, 0) as u64 + self.put_reserve()
+        }
+    }
+
+    /// Asks the maintenance thread to make `need` bytes of room (reclaim, then relocate) and
+    /// waits for its answer: true if a tier has that room now.
+    fn ask_for_room(&self, need: u64) -> Result<bool> {
+        let (reply, answer) = std::sync::mpsc::channel();
+        self.send(Job::MakeRoom { need, reply });
+        let t = Instant::now();
+        let granted = loop {
+            match answer.recv_timeout(Duration::from_millis(100)) {
+                Ok(granted) => break granted,
+                // The timeout only re-checks for a poisoned store.
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => self.check_poisoned()?,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    self.check_poisoned()?;
+                    break false; // maintenance has stopped (the store is closing)
+                }
+            }
+        };
+        self.counters.full_waits.record(t.elapsed());
+        Ok(granted)
     }
 
     /// The lane's active segment and the offset where a `rec_len` record goes, rolling to a
@@ -67,20 +113,25 @@ impl Inner {
                 return Ok((seg.clone(), end));
             }
         }
-        let seg_size = self.tiers[0].segment_size;
-        let needed = SEGMENT_HEADER_LEN + rec_len;
-        let len = if needed <= seg_size {
-            seg_size
-        } else {
-            needed.next_multiple_of(4096)
-        };
+        let len = self.file_len_for(rec_len, 0);
         let started = Instant::now();
-        // A removal takes from the reserve only when a put could not have had the file, and
-        // marks such a segment: puts sharing the lane must not fill it, or the next removal on
-        // a full store would find the reserve gone.
-        let (taken, under_reserve) = match self.take_region(len, self.removal_reserve()) {
+        // A removal takes from the removal reserve only when a put could not have had the
+        // file (a small file: tombstones are small), and marks such a segment: puts sharing
+        // the lane must not fill it, or the next removal on a full store would find it gone.
+        let (taken, under_reserve) = match self.take_region(len, self.put_reserve(), rec_len) {
             Ok(t) => (t, false),
-            Err(e) if for_removal && e.is_full() => (self.take_region(len, 0)?, true),
+            Err(e) if for_removal && e.is_full() => {
+                let small = if rec_len + SEGMENT_HEADER_LEN <= self.removal_file_len() {
+                    self.removal_file_len()
+                } else {
+                    len
+                };
+                match self.take_region(small, self.relocation_reserve(), rec_len) {
+                    Ok(t) => (t, true),
+                    // A tier bounded only by its device keeps standard files back instead.
+                    Err(_) => (self.take_region(len, 0, rec_len)?, true),
+                }
+            }
             Err(e) => return Err(e),
         };
         let (tier, (slot, region), pooled) = taken;
@@ -88,17 +139,7 @@ impl Inner {
             // The writer made the file itself or waited for one being prepared: a stall.
             self.counters.segment_waits.record(started.elapsed());
         }
-        // Wake maintenance now to replace what was taken (it also runs on a timer).
-        self.send(Job::Prepare);
-        let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
-        // Synced watermark 0: the header is persisted with the segment's first records.
-        let seg = Arc::new(Segment::new(id, tier, slot, region, SEGMENT_HEADER_LEN, 0));
-        seg.removals_only.store(under_reserve, Ordering::Relaxed);
-        if let Err(e) = seg.write_header(now_ns()) {
-            self.poison(&e);
-            return Err(e);
-        }
-        self.segments.lock().insert(id, seg.clone());
+        let seg = self.new_segment(tier, slot, region, under_reserve)?;
         if let Some(old) = lane.seg.replace(seg.clone()) {
             old.sealed.store(true, Ordering::Release);
             self.send(Job::Seal(old));
@@ -106,21 +147,88 @@ impl Inner {
         Ok((seg, SEGMENT_HEADER_LEN))
     }
 
-    /// Standard segments kept free for tombstones: removals must work on a full store.
-    pub(crate) fn removal_reserve(&self) -> usize {
-        self.lanes.len().min(2)
+    /// Length of a new file for a `rec_len` record on `tier`: the standard segment, or a file
+    /// of its own for a record larger than that.
+    pub(crate) fn file_len_for(&self, rec_len: usize, tier: usize) -> usize {
+        let seg_size = self.tiers[tier].segment_size;
+        let needed = SEGMENT_HEADER_LEN + rec_len;
+        if needed <= seg_size {
+            seg_size
+        } else {
+            needed.next_multiple_of(4096)
+        }
+    }
+
+    /// A new segment over a file just taken, its header written, registered.
+    pub(crate) fn new_segment(
+        &self,
+        tier: usize,
+        slot: u32,
+        region: Arc<dyn crate::medium::Region>,
+        removals_only: bool,
+    ) -> Result<Arc<Segment>> {
+        // Wake maintenance now to replace what was taken (it also runs on a timer).
+        self.send(Job::Prepare);
+        let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
+        // Synced watermark 0: the header is persisted with the segment's first records.
+        let seg = Arc::new(Segment::new(id, tier, slot, region, SEGMENT_HEADER_LEN, 0));
+        seg.removals_only.store(removals_only, Ordering::Relaxed);
+        if let Err(e) = seg.write_header(now_ns()) {
+            self.poison(&e);
+            return Err(e);
+        }
+        self.segments.lock().insert(id, seg.clone());
+        Ok(seg)
+    }
+
+    /// Bytes kept free for relocation: one standard segment, so that relocation can always
+    /// move a segment's live records and free its file.
+    pub(crate) fn relocation_reserve(&self) -> u64 {
+        self.tiers[0].segment_size as u64
+    }
+
+    /// The small file a removal takes from the reserve on a full store: an eighth of a
+    /// segment (at least 64 KiB), room for thousands of tombstones.
+    pub(crate) fn removal_file_len(&self) -> usize {
+        (self.tiers[0].segment_size / 8)
+            .next_multiple_of(4096)
+            .max(64 << 10)
+            .min(self.tiers[0].segment_size)
+    }
+
+    /// Bytes a put must leave free: the relocation reserve and one removal file. With live
+    /// data at most capacity minus this (and minus each writer lane's partly filled active
+    /// segment), puts never find the store full: relocation frees dead space on demand.
+    pub(crate) fn put_reserve(&self) -> u64 {
+        self.relocation_reserve() + self.removal_file_len() as u64
     }
 
     /// A file of `len` bytes from the first tier with room, and whether it came from a pool
     /// (no wait); `StoreFull` if no tier has room.
-    fn take_region(&self, len: usize, reserve: usize) -> Result<(usize, SlotRegion, bool)> {
+    fn take_region(
+        &self,
+        len: usize,
+        reserve: u64,
+        rec_len: usize,
+    ) -> Result<(usize, SlotRegion, bool)> {
         for tier in &self.tiers {
             if let Some((r, pooled)) = tier.take(len, reserve)? {
                 return Ok((tier.index, r, pooled));
             }
         }
-        Err(Error::StoreFull {
-            needed_bytes: len as u64,
+        Err(self.full_error(rec_len, len))
+    }
+
+    /// The StoreFull error for a `rec_len` write that needed a new file of `file_len` bytes,
+    /// with the figures that explain it.
+    pub(crate) fn full_error(&self, rec_len: usize, file_len: usize) -> Error {
+        let fill = self.tier_fill();
+        Error::StoreFull {
+            needed_bytes: rec_len as u64,
+            file_bytes: file_len as u64,
+            live_bytes: fill.iter().map(|f| f.live).sum(),
+            dead_bytes: fill.iter().map(|f| f.dead).sum(),
+            reserve_bytes: self.put_reserve(),
             capacity_bytes: self
                 .tiers
                 .iter()
@@ -131,6 +239,6 @@ impl Inner {
                 .iter()
                 .find_map(|t| t.device_full_hint())
                 .unwrap_or_default(),
-        })
+        }
     }
 }

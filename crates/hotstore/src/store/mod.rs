@@ -12,6 +12,7 @@ mod durability;
 mod lanes;
 mod open;
 mod read;
+mod relocate;
 mod upkeep;
 mod write;
 
@@ -51,6 +52,8 @@ pub(crate) struct Lane {
     pub(crate) seg: Option<Arc<Segment>>,
     pub(crate) puts: u64,
     pub(crate) removes: u64,
+    /// Bytes of records this lane's users wrote.
+    pub(crate) bytes: u64,
 }
 
 /// Keeps each lane on its own cache lines.
@@ -111,6 +114,11 @@ pub(crate) struct Inner {
     pub(crate) jobs: Mutex<Sender<Job>>,
     /// Signalled when space is given back (for writers waiting on a full store).
     pub(crate) space: (Mutex<u64>, Condvar),
+    /// Relocation and offload (see `relocate`).
+    pub(crate) relocator: relocate::Relocator,
+    /// Offload a tier's oldest data to the next tier once its records fill this fraction of
+    /// its capacity (`None`: never).
+    pub(crate) offload_high_water: Option<f64>,
     pub(crate) counters: Counters,
     _lock: Box<dyn Any + Send + Sync>,
 }
@@ -178,6 +186,18 @@ impl Store {
         self.inner.stats()
     }
 
+    /// Relocates the live records of every segment that has dead space, so its file is
+    /// freed, and returns the bytes moved. `progress` is called after each step with the bytes
+    /// moved so far and the dead bytes left. Runs on the maintenance thread (writers may go
+    /// on meanwhile); active segments are sealed, so the next writes start new ones.
+    pub fn compact(&self, progress: impl FnMut(u64, u64) + Send + 'static) -> Result<u64> {
+        self.inner.check_poisoned()?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.inner.send(Job::Compact(Box::new(progress), tx));
+        rx.recv()
+            .map_err(|_| Error::Poisoned("maintenance thread stopped during compaction".into()))?
+    }
+
     /// Seals the active segments, writes their summaries, persists everything and closes.
     pub fn close(mut self) -> Result<()> {
         self.shutdown()
@@ -194,6 +214,10 @@ impl Store {
                 seg.sealed.store(true, Ordering::Release);
                 self.inner.send(Job::Seal(seg));
             }
+        }
+        for seg in self.inner.relocator.take_active() {
+            seg.sealed.store(true, Ordering::Release);
+            self.inner.send(Job::Seal(seg));
         }
         self.inner.send(Job::Stop);
         if handle.join().is_err() {
@@ -287,6 +311,15 @@ impl Inner {
                 full: self.counters.full_waits.get(),
                 sync: self.counters.sync_waits.get(),
             },
+            relocation: crate::stats::Relocation {
+                records: self.relocator.records.load(Ordering::Relaxed),
+                bytes: self.relocator.bytes.load(Ordering::Relaxed),
+                offloaded_records: self.relocator.offloaded_records.load(Ordering::Relaxed),
+                offloaded_bytes: self.relocator.offloaded_bytes.load(Ordering::Relaxed),
+                groups: self.relocator.groups.load(Ordering::Relaxed),
+            },
+            written_bytes: self.lanes.iter().map(|l| l.0.lock().bytes).sum(),
+            reserve_bytes: self.put_reserve(),
             layout: self.layout.to_string(),
             events: {
                 self.events.sweep(&self.index, Instant::now());

@@ -173,6 +173,7 @@ impl Store {
             }
         }
         let (tx, rx) = std::sync::mpsc::channel();
+        let tiers_len = tiers.len();
         let inner = Arc::new(Inner {
             dir: options.dir.clone(),
             layout,
@@ -199,6 +200,8 @@ impl Store {
             is_poisoned: AtomicBool::new(false),
             jobs: Mutex::new(tx),
             space: (Mutex::new(0), Condvar::new()),
+            relocator: relocate::Relocator::new(tiers_len),
+            offload_high_water: options.offload_high_water,
             counters: Counters::default(),
             _lock: lock,
         });

@@ -24,6 +24,52 @@ impl Upkeep for Inner {
     fn sweep(&self) {
         seal_dead_active(self);
         reclaim_groups(self);
+        if !self.is_poisoned.load(Ordering::Acquire) {
+            self.relocate_background();
+        }
+    }
+
+    fn make_room(&self, need: u64) -> bool {
+        Inner::make_room(self, need)
+    }
+
+    fn compact(&self, report: &mut dyn FnMut(u64, u64)) -> crate::Result<u64> {
+        self.compact_all(report)
+    }
+}
+
+/// Seals `seg` now, on this (the maintenance) thread: persists it and writes its summary.
+pub(crate) fn seal_now(inner: &Inner, seg: &Arc<Segment>) {
+    seal(inner, seg)
+}
+
+/// Recycles every reclaimable segment and group now, and those their freeing unpins, until
+/// a round frees nothing (a reclaim can decline: a failed persist leaves the segment).
+pub(crate) fn reclaim_all(inner: &Inner) {
+    let reclaimable = || -> Vec<u64> {
+        inner
+            .segments
+            .lock()
+            .values()
+            .filter(|s| s.is_reclaimable())
+            .map(|s| s.id)
+            .collect()
+    };
+    let mut ids = reclaimable();
+    for id in &ids {
+        reclaim(inner, *id);
+    }
+    reclaim_groups(inner);
+    loop {
+        let more = reclaimable();
+        // Progress: something new became reclaimable, or what was is gone.
+        if more.is_empty() || more == ids || inner.is_poisoned.load(Ordering::Acquire) {
+            break;
+        }
+        for id in &more {
+            reclaim(inner, *id);
+        }
+        ids = more;
     }
 }
 
@@ -33,10 +79,10 @@ fn prepare(inner: &Inner) -> bool {
         return false;
     }
     // A failure here is retried later and surfaces to the writer that needs the file.
-    inner
-        .tiers
-        .first()
-        .is_some_and(|t| t.prepare_one(inner.removal_reserve()).unwrap_or(false))
+    inner.tiers.first().is_some_and(|t| {
+        let files = inner.put_reserve().div_ceil(t.segment_size as u64) as usize;
+        t.prepare_one(files).unwrap_or(false)
+    })
 }
 
 fn seal(inner: &Inner, seg: &Arc<Segment>) {
@@ -221,8 +267,16 @@ fn reclaim_groups(inner: &Inner) {
 /// dead segment until close. A busy lane is skipped (`try_lock`); its next write simply rolls
 /// to a new segment.
 fn seal_dead_active(inner: &Inner) {
-    for lane in inner.lanes.iter() {
-        let Some(mut l) = lane.0.try_lock() else {
+    // Relocation's lanes too: their copies die like any record, and an unsealed segment
+    // pins what it shadows for good (found by the busy bounded-store test: every dead
+    // segment pinned, through a chain, on a relocation lane's dead active segment).
+    let lanes = inner
+        .lanes
+        .iter()
+        .map(|l| &l.0)
+        .chain(inner.relocator.lanes());
+    for lane in lanes {
+        let Some(mut l) = lane.try_lock() else {
             continue;
         };
         let dead = l.seg.as_ref().is_some_and(|s| {

@@ -70,6 +70,7 @@ impl Store {
         )?;
         drop(shard);
         lane.puts += 1;
+        lane.bytes += rec_len as u64;
         self.inner.durable(lane, &seg, opts.durability)
     }
 
@@ -111,6 +112,7 @@ impl Store {
         )?;
         drop(shard);
         lane.removes += 1;
+        lane.bytes += rec_len as u64;
         self.inner.durable(lane, &seg, opts.durability)?;
         Ok(true)
     }
@@ -197,6 +199,7 @@ impl Reservation<'_> {
         )?;
         drop(shard);
         self.lane.puts += 1;
+        self.lane.bytes += record::record_len(self.key_len, self.value_len) as u64;
         self.inner.durable(self.lane, &self.seg, durability)
     }
 }

@@ -1,0 +1,546 @@
+//! Relocation and offload: moving the live records of chosen segments elsewhere, so their files
+//! can be freed (cleaning) or their data leaves a fast tier (offload). Which segments: see
+//! `relocation`. Runs on the maintenance thread only, which is also the only thread that frees
+//! segments: a segment being relocated cannot vanish under it.
+//!
+//! One record moves like a put of the same key and value: the copy is written to the target
+//! tier's relocation lane (key and value first, header last), then under the key's shard lock,
+//! if the index still points at the original, the copy gets a new lsn, the index points at it
+//! and the original dies. The copy pins the original's segment (the newer must outlive the
+//! older), so a crash at any point leaves each key exactly once after recovery: before the
+//! header, the copy is invalid; after it, the copy's higher lsn wins. Event marks move the same
+//! way (a fresh mark of the same meaning); fragments keep their event's counts, claims and
+//! seals, which live in the event table, not in the records. The original segment is freed by
+//! the ordinary reclaim, which persists every segment first: a relocated record is durable
+//! before its original can go, whatever durability it was written with.
+
+use super::*;
+use crate::record::{EVENT_MARK_KEPT, EVENT_MARK_SEALED};
+use crate::relocation::{self, Candidate, Choice, Rule};
+
+/// Relocation's own lanes (one per tier: copies are appended to the target tier's lane) and
+/// its counters.
+#[derive(Default)]
+pub(crate) struct Relocator {
+    lanes: Box<[Mutex<Lane>]>,
+    /// Records and bytes moved within a tier (cleaning).
+    pub(crate) records: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+    /// Records and bytes moved to a lower tier (offload).
+    pub(crate) offloaded_records: AtomicU64,
+    pub(crate) offloaded_bytes: AtomicU64,
+    /// Segments freed after relocation.
+    pub(crate) groups: AtomicU64,
+}
+
+impl Relocator {
+    pub(crate) fn new(tiers: usize) -> Self {
+        Relocator {
+            lanes: (0..tiers).map(|_| Mutex::new(Lane::default())).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The lanes (one per tier).
+    pub(crate) fn lanes(&self) -> impl Iterator<Item = &Mutex<Lane>> {
+        self.lanes.iter()
+    }
+
+    /// Takes `seg` from the relocation lane appending to it; true if it was there.
+    fn take_if_active(&self, seg: &Arc<Segment>) -> bool {
+        self.lanes.iter().any(|l| {
+            let mut l = l.lock();
+            if l.seg.as_ref().is_some_and(|s| Arc::ptr_eq(s, seg)) {
+                l.seg = None;
+                true
+            } else {
+                false
+            }
+        })
+    }
+
+    /// Seals the lanes' active segments (at close).
+    pub(crate) fn take_active(&self) -> Vec<Arc<Segment>> {
+        self.lanes
+            .iter()
+            .filter_map(|l| l.lock().seg.take())
+            .collect()
+    }
+}
+
+/// Background relocation moves at most this many bytes per sweep (every 200 ms: 320 MB/s at
+/// most), so foreground writes keep the device.
+pub(crate) const BACKGROUND_BYTES_PER_SWEEP: u64 = 64 << 20;
+/// Background cleaning starts when dead bytes are at least this fraction of a tier's records.
+const CLEAN_DEAD_FRACTION: f64 = 0.25;
+/// Background cleaning leaves segments more live than this alone.
+const CLEAN_MAX_LIVE_FRACTION: f64 = 0.75;
+/// Cleaning moves a group only if it gives back at least this fraction of a segment: moving a
+/// nearly full one costs a segment's copy for almost nothing (and its copy would qualify
+/// again). It is also why the guaranteed room (docs/design.md, "Space") leaves this fraction of
+/// the capacity free.
+pub(crate) const MIN_GAIN_FRACTION: f64 = 1.0 / 16.0;
+/// Relocation steps one request for room may take before the answer is "full".
+const MAKE_ROOM_MAX_STEPS: usize = 256;
+
+/// Why a relocation step stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The group's records all moved.
+    Moved,
+    /// Nothing qualifies.
+    Nothing,
+    /// A member is busy (its lane is in use) or changed: try again later.
+    Busy,
+}
+
+impl Inner {
+    /// What the policy needs to know of every segment in use.
+    fn candidates(&self) -> Vec<Candidate> {
+        let segs: Vec<Arc<Segment>> = self.segments.lock().values().cloned().collect();
+        let mut targets: HashMap<u64, Vec<u64>> = HashMap::new();
+        for t in &segs {
+            for h in t.pinned_by.lock().iter() {
+                targets.entry(*h).or_default().push(t.id);
+            }
+        }
+        segs.iter()
+            .map(|s| Candidate {
+                id: s.id,
+                tier: s.tier,
+                // An active segment's unwritten tail stays its lane's room: only what it
+                // wrote counts (relocating it gives back its dead records, not the tail).
+                file_bytes: if s.sealed.load(Ordering::Acquire) {
+                    s.capacity() as u64
+                } else {
+                    s.end.load(Ordering::Acquire) as u64
+                },
+                live_bytes: s.live_bytes.load(Ordering::Relaxed),
+                targets: targets.remove(&s.id).unwrap_or_default(),
+                active: !s.sealed.load(Ordering::Acquire),
+                excluded: s.recycled.load(Ordering::Acquire),
+            })
+            .collect()
+    }
+
+    /// Room relocation may write to on `tier` now (it may use the reserve).
+    fn relocation_budget(&self, tier: usize) -> u64 {
+        let in_lane = self.relocator.lanes[tier]
+            .lock()
+            .seg
+            .as_ref()
+            .map_or(0, |s| (s.capacity() - s.end.load(Ordering::Acquire)) as u64);
+        in_lane.saturating_add(self.tiers[tier].room_bytes())
+    }
+
+    /// One relocation step under `rule` into `target` (the members' own tier when cleaning).
+    pub(crate) fn relocate_step(&self, rule: &Rule, target: Option<usize>) -> Result<Step> {
+        let cands = self.candidates();
+        let Some(choice) = relocation::choose(&cands, rule) else {
+            return Ok(Step::Nothing);
+        };
+        let tier = target.unwrap_or_else(|| {
+            cands
+                .iter()
+                .find(|c| c.id == choice.ids[0])
+                .map_or(0, |c| c.tier)
+        });
+        self.relocate_group(&choice, tier)
+    }
+
+    /// Moves every live record of the group's members to `tier`, sealing active members
+    /// first; the members are then dead, and freed by reclaim.
+    fn relocate_group(&self, choice: &Choice, tier: usize) -> Result<Step> {
+        let segs: Vec<Arc<Segment>> = {
+            let map = self.segments.lock();
+            match choice.ids.iter().map(|i| map.get(i).cloned()).collect() {
+                Some(v) => v,
+                None => return Ok(Step::Busy),
+            }
+        };
+        for seg in &segs {
+            if !seg.sealed.load(Ordering::Acquire) && !self.seal_active(seg) {
+                return Ok(Step::Busy);
+            }
+        }
+        for seg in &segs {
+            self.relocate_segment(seg, tier)?;
+        }
+        if segs
+            .iter()
+            .any(|s| s.live_records.load(Ordering::Acquire) > 0)
+        {
+            return Ok(Step::Busy);
+        }
+        self.relocator.groups.fetch_add(1, Ordering::Relaxed);
+        Ok(Step::Moved)
+    }
+
+    /// Takes `seg` from the lane appending to it (a writer lane, if it is idle, or one of
+    /// relocation's, which only this thread uses) and seals it; true if done.
+    fn seal_active(&self, seg: &Arc<Segment>) -> bool {
+        if self.relocator.take_if_active(seg) {
+            seg.sealed.store(true, Ordering::Release);
+            super::upkeep::seal_now(self, seg);
+            return true;
+        }
+        for lane in self.lanes.iter() {
+            let Some(mut l) = lane.0.try_lock() else {
+                continue;
+            };
+            if l.seg.as_ref().is_some_and(|s| Arc::ptr_eq(s, seg)) {
+                l.seg = None;
+                seg.sealed.store(true, Ordering::Release);
+                drop(l);
+                super::upkeep::seal_now(self, seg);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Moves every live record of `seg` to `tier`.
+    fn relocate_segment(&self, seg: &Arc<Segment>, tier: usize) -> Result<()> {
+        let end = seg.end.load(Ordering::Acquire);
+        let mut off = SEGMENT_HEADER_LEN;
+        while off + HEADER_LEN <= end && seg.live_records.load(Ordering::Acquire) > 0 {
+            // Safety: below `end`, published, and only this (the maintenance) thread frees
+            // segments, so the bytes stay.
+            let rest = unsafe { seg.bytes(off, end - off) };
+            let Ok(h) = record::parse_header(rest) else {
+                break; // a damaged tail found at open: nothing valid follows
+            };
+            let len = h.record_len();
+            if off + len > end {
+                break;
+            }
+            match h.kind {
+                Kind::Put => self.relocate_put(seg, off, &h, tier)?,
+                Kind::EventMark => self.relocate_mark(seg, off, &h, tier)?,
+                _ => {}
+            }
+            off += len;
+        }
+        Ok(())
+    }
+
+    fn points_at(loc: Option<&Loc>, seg: &Arc<Segment>, off: usize) -> bool {
+        loc.is_some_and(|l| Arc::ptr_eq(&l.seg, seg) && l.offset as usize == off)
+    }
+
+    fn relocate_put(
+        &self,
+        seg: &Arc<Segment>,
+        off: usize,
+        h: &record::Header,
+        tier: usize,
+    ) -> Result<()> {
+        let len = h.record_len();
+        // Safety: as in `relocate_segment`.
+        let rec = unsafe { seg.bytes(off, len) };
+        let key = &rec[HEADER_LEN..HEADER_LEN + h.key_len];
+        if !Self::points_at(
+            self.index.shard(key).read().get(&IndexKey::new(key)),
+            seg,
+            off,
+        ) {
+            return Ok(()); // dead: nothing to move
+        }
+        if !record::verify(seg.id, rec, h) {
+            // Never copy a damaged record as if it were sound: it stays (and so does its
+            // segment) and reads of it report the damage.
+            return Ok(());
+        }
+        let value = &rec[HEADER_LEN + h.key_len..HEADER_LEN + h.key_len + h.value_len];
+        let body_crc = record::body_checksum(key, value);
+        let mut lane = self.relocator.lanes[tier].lock();
+        let (dst, doff) = self.relocation_room(&mut lane, len, tier)?;
+        let written = if h.value_len >= self.direct_min {
+            // Safety: unpublished space of the relocation lane's segment, which we hold.
+            unsafe { dst.write_body_parts_direct(doff + HEADER_LEN, &[key, value]) }.map(|_| ())
+        } else {
+            // Safety: as above.
+            unsafe { dst.write_body_parts(doff + HEADER_LEN, &[key, value], is_bulk(h.value_len)) }
+        };
+        if let Err(e) = written {
+            self.poison(&e);
+            return Err(e);
+        }
+        let mut shard = self.index.shard(key).write();
+        let Some(loc) = shard.keys.get_mut(&IndexKey::new(key)) else {
+            return Ok(()); // removed meanwhile: the copy stays unpublished
+        };
+        if !(Arc::ptr_eq(&loc.seg, seg) && loc.offset as usize == off) {
+            return Ok(()); // overwritten meanwhile
+        }
+        let lsn =
+            self.write_header(&mut lane, &dst, doff, Kind::Put, key, h.value_len, body_crc)?;
+        dst.live_records.fetch_add(1, Ordering::AcqRel);
+        dst.live_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        *loc = Loc {
+            seg: dst.clone(),
+            offset: doff as u32,
+            value_len: h.value_len as u32,
+            lsn,
+        };
+        drop(shard);
+        dst.pin_on(seg);
+        self.count_moved(seg.tier, tier, len);
+        self.retire(seg, len as u64);
+        Ok(())
+    }
+
+    fn relocate_mark(
+        &self,
+        seg: &Arc<Segment>,
+        off: usize,
+        h: &record::Header,
+        tier: usize,
+    ) -> Result<()> {
+        // Safety: as in `relocate_segment`.
+        let prefix = unsafe { seg.bytes(off + HEADER_LEN, h.key_len) };
+        if prefix.len() != self.events.prefix_len {
+            return Ok(());
+        }
+        let probe = IndexKey::new(prefix);
+        let live_here = |shard: &ShardMap| {
+            shard
+                .events
+                .entries
+                .get(&probe)
+                .and_then(|e| e.mark.as_ref())
+                .is_some_and(|m| Arc::ptr_eq(&m.seg, seg))
+        };
+        if !live_here(&self.index.event_shard(prefix).read()) {
+            return Ok(());
+        }
+        let mut lane = self.relocator.lanes[tier].lock();
+        let rec_len = record::record_len(prefix.len(), 1);
+        let (dst, doff) = self.relocation_room(&mut lane, rec_len, tier)?;
+        let mut shard = self.index.event_shard(prefix).write();
+        if !live_here(&shard) {
+            return Ok(());
+        }
+        let Some(mark) = shard
+            .events
+            .entries
+            .get_mut(&probe)
+            .and_then(|e| e.mark.as_mut())
+        else {
+            return Ok(());
+        };
+        let value = [if mark.kept {
+            EVENT_MARK_KEPT
+        } else {
+            EVENT_MARK_SEALED
+        }];
+        // Safety: unpublished space of the relocation lane's segment, which we hold.
+        unsafe {
+            dst.write_at(doff + HEADER_LEN, prefix);
+            dst.write_at(doff + HEADER_LEN + prefix.len(), &value);
+        }
+        let body_crc = record::body_checksum(prefix, &value);
+        self.write_header(&mut lane, &dst, doff, Kind::EventMark, prefix, 1, body_crc)?;
+        dst.live_records.fetch_add(1, Ordering::AcqRel);
+        dst.live_bytes.fetch_add(rec_len as u64, Ordering::Relaxed);
+        let old_len = mark.rec_len;
+        mark.seg = dst.clone();
+        mark.rec_len = rec_len as u64;
+        drop(shard);
+        dst.pin_on(seg);
+        self.count_moved(seg.tier, tier, rec_len);
+        self.retire(seg, old_len);
+        Ok(())
+    }
+
+    fn count_moved(&self, from: usize, to: usize, len: usize) {
+        let r = &self.relocator;
+        if from == to {
+            r.records.fetch_add(1, Ordering::Relaxed);
+            r.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        } else {
+            r.offloaded_records.fetch_add(1, Ordering::Relaxed);
+            r.offloaded_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// A cleaning rule for `tier`: the best group by cost-benefit that gives back at least
+    /// [`MIN_GAIN_FRACTION`] of a segment, within what relocation can write now.
+    fn cleaning_rule(&self, tier: usize, max_live_fraction: f64, allow_active: bool) -> Rule {
+        Rule {
+            budget_bytes: self.relocation_budget(tier),
+            max_live_fraction,
+            allow_active,
+            oldest_first: false,
+            tier: Some(tier),
+            newest_id: self.next_segment_id.load(Ordering::Relaxed),
+            // At least two header pages: the copy's segment has a header too.
+            min_gain_bytes: ((self.tiers[tier].segment_size as f64 * MIN_GAIN_FRACTION) as u64)
+                .max(2 * SEGMENT_HEADER_LEN as u64),
+            below_id: u64::MAX,
+        }
+    }
+
+    /// Frees what can be freed now, then relocates until some tier has `need` bytes of room
+    /// (a writer found the store full) or nothing qualifies; true if the room is there.
+    /// Room is measured, not inferred from a file coming back: relocation takes files too.
+    pub(crate) fn make_room(&self, need: u64) -> bool {
+        let has_room = |inner: &Inner| inner.tiers.iter().any(|t| t.room_bytes() >= need);
+        super::upkeep::reclaim_all(self);
+        for _ in 0..MAKE_ROOM_MAX_STEPS {
+            if has_room(self) || self.is_poisoned.load(Ordering::Acquire) {
+                break;
+            }
+            let mut moved = false;
+            for tier in 0..self.tiers.len() {
+                let rule = self.cleaning_rule(tier, 1.0, true);
+                if let Ok(Step::Moved) = self.relocate_step(&rule, None) {
+                    moved = true;
+                    super::upkeep::reclaim_all(self);
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        has_room(self)
+    }
+
+    /// Background work at each sweep: offload from tiers above their high-water mark, then
+    /// clean tiers with much dead space, at most [`BACKGROUND_BYTES_PER_SWEEP`].
+    pub(crate) fn relocate_background(&self) {
+        let mut budget = BACKGROUND_BYTES_PER_SWEEP;
+        let tiers = self.tier_fill();
+        for (t, fill) in tiers.iter().enumerate() {
+            let Some(high) = self.offload_high_water else {
+                break;
+            };
+            if t + 1 >= self.tiers.len() || fill.fraction() < high {
+                continue;
+            }
+            let rule = Rule {
+                budget_bytes: budget.min(self.relocation_budget(t + 1)),
+                max_live_fraction: 1.0,
+                allow_active: false,
+                oldest_first: true,
+                tier: Some(t),
+                newest_id: self.next_segment_id.load(Ordering::Relaxed),
+                min_gain_bytes: 0,
+                below_id: u64::MAX,
+            };
+            let before = self.relocator.offloaded_bytes.load(Ordering::Relaxed);
+            let _ = self.relocate_step(&rule, Some(t + 1));
+            let moved = self.relocator.offloaded_bytes.load(Ordering::Relaxed) - before;
+            budget = budget.saturating_sub(moved);
+        }
+        for (t, fill) in tiers.iter().enumerate() {
+            if budget == 0 {
+                break;
+            }
+            let records = fill.live + fill.dead;
+            if fill.dead < 2 * self.tiers[t].segment_size as u64
+                || (fill.dead as f64) < CLEAN_DEAD_FRACTION * records as f64
+            {
+                continue;
+            }
+            let mut rule = self.cleaning_rule(t, CLEAN_MAX_LIVE_FRACTION, false);
+            rule.budget_bytes = rule.budget_bytes.min(budget);
+            let before = self.relocator.bytes.load(Ordering::Relaxed);
+            let _ = self.relocate_step(&rule, None);
+            budget = budget.saturating_sub(self.relocator.bytes.load(Ordering::Relaxed) - before);
+        }
+    }
+
+    /// Relocates every group that frees space, in every tier (`Store::compact`); returns the
+    /// bytes moved. Only segments that existed when it started are moved, so it ends.
+    pub(crate) fn compact_all(&self, mut progress: impl FnMut(u64, u64)) -> Result<u64> {
+        let start = self.relocator.bytes.load(Ordering::Relaxed);
+        let below_id = self.next_segment_id.load(Ordering::Relaxed);
+        // Active segments are sealed by compaction: they are part of what it cleans.
+        loop {
+            self.check_poisoned()?;
+            let mut moved = false;
+            for tier in 0..self.tiers.len() {
+                let mut rule = self.cleaning_rule(tier, 1.0, true);
+                rule.below_id = below_id;
+                if self.relocate_step(&rule, None)? == Step::Moved {
+                    moved = true;
+                    super::upkeep::reclaim_all(self);
+                }
+            }
+            let fill = self.tier_fill();
+            progress(
+                self.relocator.bytes.load(Ordering::Relaxed) - start,
+                fill.iter().map(|f| f.dead).sum(),
+            );
+            if !moved {
+                break;
+            }
+        }
+        super::upkeep::reclaim_all(self);
+        Ok(self.relocator.bytes.load(Ordering::Relaxed) - start)
+    }
+
+    /// Each tier's record bytes, live and dead, against its capacity.
+    pub(crate) fn tier_fill(&self) -> Vec<Fill> {
+        let mut fill: Vec<Fill> = self
+            .tiers
+            .iter()
+            .map(|t| Fill {
+                capacity: t.capacity_bytes,
+                ..Fill::default()
+            })
+            .collect();
+        for s in self.segments.lock().values() {
+            let f = &mut fill[s.tier];
+            f.live += s.live_bytes.load(Ordering::Relaxed);
+            f.dead += s.dead_bytes.load(Ordering::Relaxed);
+        }
+        fill
+    }
+
+    /// Relocation lane's segment with room for `rec_len`, rolling to a new file of `tier`
+    /// (which may use the reserve: relocation is what gives space back).
+    fn relocation_room(
+        &self,
+        lane: &mut Lane,
+        rec_len: usize,
+        tier: usize,
+    ) -> Result<(Arc<Segment>, usize)> {
+        if let Some(seg) = &lane.seg {
+            let end = seg.end.load(Ordering::Relaxed);
+            if end + rec_len <= seg.capacity() {
+                return Ok((seg.clone(), end));
+            }
+        }
+        let len = self.file_len_for(rec_len, tier);
+        let Some(((slot, region), _)) = self.tiers[tier].take(len, 0)? else {
+            return Err(self.full_error(rec_len, len));
+        };
+        let seg = self.new_segment(tier, slot, region, false)?;
+        if let Some(old) = lane.seg.replace(seg.clone()) {
+            old.sealed.store(true, Ordering::Release);
+            self.send(Job::Seal(old));
+        }
+        Ok((seg, SEGMENT_HEADER_LEN))
+    }
+}
+
+/// A tier's fill.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Fill {
+    pub(crate) capacity: u64,
+    pub(crate) live: u64,
+    pub(crate) dead: u64,
+}
+
+impl Fill {
+    /// Bytes of records (live and dead) over capacity (0 for a tier the file system bounds).
+    pub(crate) fn fraction(&self) -> f64 {
+        if self.capacity == 0 {
+            0.0
+        } else {
+            (self.live + self.dead) as f64 / self.capacity as f64
+        }
+    }
+}
