@@ -82,6 +82,28 @@ fn print_human(out: &mut Out, dir: &Path, stats: &Stats, report: &RecoveryReport
         w.sync.count,
         w.sync.total_ns as f64 / 1e9
     ))?;
+    if stats.capacity_bytes > 0 {
+        out.line(format_args!(
+            "reserve      {} that puts leave for removals and relocation (about 1 1/8 segments); puts never find the store full while live data is at most {}",
+            human_bytes(stats.reserve_bytes as f64),
+            human_bytes(stats.guaranteed_live_bytes as f64)
+        ))?;
+    } else {
+        out.line(format_args!(
+            "reserve      {} kept as pooled files for removals and relocation",
+            human_bytes(stats.reserve_bytes as f64)
+        ))?;
+    }
+    let r = &stats.relocation;
+    out.line(format_args!(
+        "relocation   {} records ({}) moved to free dead space, {} records ({}) offloaded, {} segment groups freed; write amplification {:.2}",
+        r.records,
+        human_bytes(r.bytes as f64),
+        r.offloaded_records,
+        human_bytes(r.offloaded_bytes as f64),
+        r.groups,
+        stats.write_amplification()
+    ))?;
     if let Some(why) = &stats.poisoned {
         out.line(format_args!("READ-ONLY    {why}"))?;
     }
@@ -113,6 +135,30 @@ fn print_human(out: &mut Out, dir: &Path, stats: &Stats, report: &RecoveryReport
             human_bytes(t.live_bytes as f64),
             human_bytes(t.dead_bytes as f64)
         ))?;
+        if t.capacity_bytes > 0 {
+            let fill = (t.live_bytes + t.dead_bytes) as f64 / t.capacity_bytes as f64;
+            let offload = match t.offload_high_water {
+                Some(h) if t.offloading => format!(
+                    "above its offload mark of {:.0}%: its oldest sealed segments are moving to tier {}",
+                    h * 100.0,
+                    i + 1
+                ),
+                Some(h) => format!("offloads to tier {} above {:.0}%", i + 1, h * 100.0),
+                None => "no offload".into(),
+            };
+            out.line(format_args!(
+                "             filled {:.0}% (live and dead records); {offload}",
+                fill * 100.0
+            ))?;
+        }
+        if t.relocated_bytes + t.offloaded_out_bytes + t.offloaded_in_bytes > 0 {
+            out.line(format_args!(
+                "             moved since open: {} within, {} out to the tier below, {} in from above",
+                human_bytes(t.relocated_bytes as f64),
+                human_bytes(t.offloaded_out_bytes as f64),
+                human_bytes(t.offloaded_in_bytes as f64)
+            ))?;
+        }
     }
     let r = report;
     out.line(format_args!(

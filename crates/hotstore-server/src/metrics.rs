@@ -73,6 +73,11 @@ pub struct Metrics {
     /// The engine's wait counters (`Stats::waits`), mirrored at each scrape.
     waits: Family<WaitLabel, Counter>,
     wait_ns: Family<WaitLabel, Counter>,
+    /// Bytes relocation moved (`Stats::relocation`), by kind: `cleaning` within a tier,
+    /// `offload` to the tier below.
+    relocated: Family<WaitLabel, Counter>,
+    /// Bytes written to the tiers per byte users wrote since open.
+    write_amplification: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Metrics {
@@ -139,6 +144,8 @@ impl Metrics {
             events: Family::default(),
             waits: Family::default(),
             wait_ns: Family::default(),
+            relocated: Family::default(),
+            write_amplification: Gauge::default(),
             registry,
         };
         let mut m = m;
@@ -191,6 +198,16 @@ impl Metrics {
             "store_wait_nanoseconds",
             "Time writers waited, by kind",
             m.wait_ns.clone(),
+        );
+        r.register(
+            "store_relocated_bytes",
+            "Bytes of live records moved, by kind (cleaning: within a tier, to free dead space; offload: to the tier below)",
+            m.relocated.clone(),
+        );
+        r.register(
+            "store_write_amplification",
+            "Bytes written to the tiers per byte written by users since the store opened",
+            m.write_amplification.clone(),
         );
         m
     }
@@ -253,6 +270,14 @@ impl Metrics {
             let ns = self.wait_ns.get_or_create(&label);
             ns.inc_by(wait.total_ns.saturating_sub(ns.get()));
         }
+        let r = &st.relocation;
+        for (kind, bytes) in [("cleaning", r.bytes), ("offload", r.offloaded_bytes)] {
+            let c = self
+                .relocated
+                .get_or_create(&WaitLabel { kind: kind.into() });
+            c.inc_by(bytes.saturating_sub(c.get()));
+        }
+        self.write_amplification.set(st.write_amplification());
         self.connected.set(connected as i64);
         self.rejected.set(rejected as i64);
         let mut text = String::new();

@@ -30,6 +30,17 @@ pub struct TierStats {
     pub live_bytes: u64,
     /// Bytes of dead records not yet reclaimed.
     pub dead_bytes: u64,
+    /// Offload starts when live and dead records fill this fraction of the capacity (`None`:
+    /// this tier does not offload: no capacity, no tier below, or offload off).
+    pub offload_high_water: Option<f64>,
+    /// Above its high-water mark now: its oldest sealed segments are moving to the next tier.
+    pub offloading: bool,
+    /// Bytes of records relocated within this tier since open (cleaning).
+    pub relocated_bytes: u64,
+    /// Bytes of records moved from this tier to the next one since open.
+    pub offloaded_out_bytes: u64,
+    /// Bytes of records moved here from the tier above since open.
+    pub offloaded_in_bytes: u64,
 }
 
 impl TierStats {
@@ -76,6 +87,10 @@ pub struct Stats {
     pub written_bytes: u64,
     /// Bytes puts leave free for removals and relocation (see docs/design.md, "Space").
     pub reserve_bytes: u64,
+    /// Live bytes up to which puts never answer `StoreFull` on a bounded store (0 for a store
+    /// the file system bounds): the capacity less the reserve, the writers' and relocation's
+    /// open segments and the cleaning margin (docs/design.md, "A bounded store never wedges").
+    pub guaranteed_live_bytes: u64,
     /// Key layout.
     pub layout: String,
     /// Events by state, and lifecycle counters.

@@ -110,6 +110,15 @@ pub struct RunArgs {
     #[arg(long, requires = "capacity", num_args = 0..=1, default_missing_value = "all",
           value_parser = crate::util::parse_preallocate, value_name = "BYTES")]
     preallocate: Option<u64>,
+    /// A second tier in this directory (a disk, say, below a tmpfs first tier): once the
+    /// first tier's records pass --offload-at of --capacity, its oldest slices (completed
+    /// recordings first) move there in the background and stay readable and exportable.
+    #[arg(long, requires = "capacity", value_name = "DIR")]
+    offload_to: Option<PathBuf>,
+    /// Fraction of --capacity at which the first tier starts offloading to --offload-to.
+    #[arg(long, requires = "offload_to", default_value_t = hotstore::OFFLOAD_HIGH_WATER,
+          value_parser = parse_fraction, value_name = "FRACTION")]
+    offload_at: f64,
     /// Skip measuring the device's bandwidth (no ratio in the summary).
     #[arg(long)]
     no_limit: bool,
@@ -250,6 +259,14 @@ fn send(s: SendArgs) -> CliResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A fraction above 0 and at most 1.
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!("{s:?}: a fraction above 0 and at most 1, e.g. 0.8")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse_rate;
@@ -265,3 +282,4 @@ mod tests {
         assert!(parse_rate("3 parsecs").is_err());
     }
 }
+

@@ -138,6 +138,11 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
         builder = builder
             .tier(TierSpec::new(".").capacity_bytes(c))
             .preallocate_bytes(hotstore_bench::util::preallocate_bytes(a.preallocate, c)?);
+        if let Some(lower) = &a.offload_to {
+            builder = builder
+                .tier(TierSpec::new(lower))
+                .offload_high_water(Some(a.offload_at));
+        }
     }
     let store = Arc::new(builder.open()?);
     for t in store.stats().tiers.iter().filter(|t| !t.survives_power_cut) {

@@ -203,6 +203,22 @@ impl Inner {
         self.relocation_reserve() + self.removal_file_len() as u64
     }
 
+    /// Live bytes up to which puts never find a bounded store full: the capacity less the put
+    /// reserve, one segment for the put's new file, one for each writer lane's and each
+    /// relocation lane's open segment (each may be nearly empty), and the cleaning margin
+    /// (relocation only moves a segment that gives back [`relocate::MIN_GAIN_FRACTION`] of
+    /// itself, so that much of each may stay unused). 0 when a file system bounds the store.
+    pub(crate) fn guaranteed_live_bytes(&self) -> u64 {
+        let capacity: u64 = self.tiers.iter().map(|t| t.capacity_bytes).sum();
+        if capacity == 0 || self.tiers.iter().any(|t| t.capacity_bytes == 0) {
+            return 0;
+        }
+        let seg = self.tiers[0].segment_size as u64;
+        let open_segments = (1 + self.lanes.len() + self.tiers.len()) as u64 * seg;
+        let margin = (capacity as f64 * relocate::MIN_GAIN_FRACTION) as u64;
+        capacity.saturating_sub(self.put_reserve() + open_segments + margin)
+    }
+
     /// A file of `len` bytes from the first tier with room, and whether it came from a pool
     /// (no wait); `StoreFull` if no tier has room.
     fn take_region(

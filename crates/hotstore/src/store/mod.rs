@@ -275,6 +275,10 @@ impl Inner {
             .iter()
             .map(|t| {
                 let (free, ready) = t.pooled();
+                let moves = &self.relocator.per_tier[t.index];
+                let offload_high_water = self
+                    .offload_high_water
+                    .filter(|_| t.capacity_bytes > 0 && t.index + 1 < self.tiers.len());
                 TierStats {
                     path: t.medium.path().to_path_buf(),
                     domain: t.domain(),
@@ -287,6 +291,11 @@ impl Inner {
                     segments_ready: ready,
                     live_bytes: 0,
                     dead_bytes: 0,
+                    offload_high_water,
+                    offloading: false,
+                    relocated_bytes: moves.relocated.load(Ordering::Relaxed),
+                    offloaded_out_bytes: moves.offloaded_out.load(Ordering::Relaxed),
+                    offloaded_in_bytes: moves.offloaded_in.load(Ordering::Relaxed),
                 }
             })
             .collect();
@@ -295,6 +304,11 @@ impl Inner {
             t.segments += 1;
             t.live_bytes += s.live_bytes.load(Ordering::Relaxed);
             t.dead_bytes += s.dead_bytes.load(Ordering::Relaxed);
+        }
+        for t in &mut tiers {
+            t.offloading = t.offload_high_water.is_some_and(|h| {
+                (t.live_bytes + t.dead_bytes) as f64 >= h * t.capacity_bytes as f64
+            });
         }
         Stats {
             entries: self.index.len() as u64,
@@ -320,6 +334,7 @@ impl Inner {
             },
             written_bytes: self.lanes.iter().map(|l| l.0.lock().bytes).sum(),
             reserve_bytes: self.put_reserve(),
+            guaranteed_live_bytes: self.guaranteed_live_bytes(),
             layout: self.layout.to_string(),
             events: {
                 self.events.sweep(&self.index, Instant::now());

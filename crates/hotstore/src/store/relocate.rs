@@ -31,12 +31,23 @@ pub(crate) struct Relocator {
     pub(crate) offloaded_bytes: AtomicU64,
     /// Segments freed after relocation.
     pub(crate) groups: AtomicU64,
+    /// Bytes moved, by tier.
+    pub(crate) per_tier: Box<[TierMoves]>,
+}
+
+/// Bytes moved within, out of and into one tier.
+#[derive(Default)]
+pub(crate) struct TierMoves {
+    pub(crate) relocated: AtomicU64,
+    pub(crate) offloaded_out: AtomicU64,
+    pub(crate) offloaded_in: AtomicU64,
 }
 
 impl Relocator {
     pub(crate) fn new(tiers: usize) -> Self {
         Relocator {
             lanes: (0..tiers).map(|_| Mutex::new(Lane::default())).collect(),
+            per_tier: (0..tiers).map(|_| TierMoves::default()).collect(),
             ..Default::default()
         }
     }
@@ -355,12 +366,20 @@ impl Inner {
 
     fn count_moved(&self, from: usize, to: usize, len: usize) {
         let r = &self.relocator;
+        let len = len as u64;
         if from == to {
             r.records.fetch_add(1, Ordering::Relaxed);
-            r.bytes.fetch_add(len as u64, Ordering::Relaxed);
+            r.bytes.fetch_add(len, Ordering::Relaxed);
+            r.per_tier[from].relocated.fetch_add(len, Ordering::Relaxed);
         } else {
             r.offloaded_records.fetch_add(1, Ordering::Relaxed);
-            r.offloaded_bytes.fetch_add(len as u64, Ordering::Relaxed);
+            r.offloaded_bytes.fetch_add(len, Ordering::Relaxed);
+            r.per_tier[from]
+                .offloaded_out
+                .fetch_add(len, Ordering::Relaxed);
+            r.per_tier[to]
+                .offloaded_in
+                .fetch_add(len, Ordering::Relaxed);
         }
     }
 
