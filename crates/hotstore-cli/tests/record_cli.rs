@@ -418,3 +418,51 @@ fn a_run_that_stops_before_its_trigger_says_nothing_was_recorded() {
     assert!(!out.contains("kept up"), "{out}");
     assert!(!out.contains("ratio:"), "{out}");
 }
+
+/// `--offload-to`: a bounded first tier passes its mark and its oldest slices move to the
+/// second tier while the recorder runs; every frame still verifies.
+#[test]
+fn offload_to_moves_completed_slices_to_the_second_tier() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("fast");
+    let lower = tmp.path().join("disk");
+    let o = run(&[
+        "record",
+        "--store",
+        store.to_str().unwrap(),
+        "--capacity",
+        "256MiB",
+        "--offload-to",
+        lower.to_str().unwrap(),
+        "--offload-at",
+        "0.1",
+        "--links",
+        "3",
+        "--rate-per-link",
+        "40MB/s",
+        "--pre",
+        "0.5",
+        "--post",
+        "1.5",
+        "--no-limit",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}{out}", String::from_utf8_lossy(&o.stderr));
+    let tier0 = out
+        .lines()
+        .find(|l| l.starts_with("tier 0:"))
+        .unwrap_or_else(|| panic!("no tier line: {out}"));
+    assert!(
+        !tier0.contains("; 0 B offloaded"),
+        "nothing offloaded: {tier0}"
+    );
+    let (code, j) = verify_json(&store);
+    assert_eq!(code, 0, "{j}");
+    let o = run(&["record", "--store", "x", "--offload-to", "y"]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--capacity"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -313,9 +313,21 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
         stopped.map_err(|e| err(format!("stopping the server: {e}")))?;
     }
     let report = recorder.finish().map_err(err)?;
+    let stats = store.stats();
     let stored_is_durable = matches!(a.durability, crate::DurabilityArg::Memory)
-        || store.stats().tiers.iter().all(|t| !t.survives_power_cut);
+        || stats.tiers.iter().all(|t| !t.survives_power_cut);
     drop(store);
+    if stats.tiers.len() > 1 && !a.json {
+        for (i, t) in stats.tiers.iter().enumerate() {
+            println!(
+                "tier {i}: {} live in {}; {} offloaded to the tier below, {} received from above",
+                human_bytes(t.live_bytes as f64),
+                t.path.display(),
+                human_bytes(t.offloaded_out_bytes as f64),
+                human_bytes(t.offloaded_in_bytes as f64)
+            );
+        }
+    }
     let stopped_at = t0.elapsed().as_secs_f64();
     summarize(
         &a,
