@@ -90,7 +90,7 @@ fn print_human(out: &mut Out, dir: &Path, stats: &Stats, report: &RecoveryReport
         ))?;
     } else {
         out.line(format_args!(
-            "reserve      {} kept as pooled files for removals and relocation",
+            "reserve      {} kept as pooled segment files for removals and relocation (one segment and an eighth, in whole files); on a small file system prefer small segments",
             human_bytes(stats.reserve_bytes as f64)
         ))?;
     }

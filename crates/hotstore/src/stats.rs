@@ -85,7 +85,9 @@ pub struct Stats {
     /// Bytes of records written by users since open (puts, removals, event records): the
     /// denominator of write amplification.
     pub written_bytes: u64,
-    /// Bytes puts leave free for removals and relocation (see docs/design.md, "Space").
+    /// Bytes puts leave free for removals and relocation: one segment and one removal file of
+    /// an eighth of a segment; on a tier bounded by its device, that rounded up to whole
+    /// pooled segment files (see docs/design.md, "Space").
     pub reserve_bytes: u64,
     /// Live bytes up to which puts never answer `StoreFull` on a bounded store (0 for a store
     /// the file system bounds): the capacity less the reserve, the writers' and relocation's

@@ -333,7 +333,13 @@ impl Inner {
                 groups: self.relocator.groups.load(Ordering::Relaxed),
             },
             written_bytes: self.lanes.iter().map(|l| l.0.lock().bytes).sum(),
-            reserve_bytes: self.put_reserve(),
+            // A tier bounded by its device holds the reserve back as whole pooled files.
+            reserve_bytes: if self.tiers.iter().all(|t| t.capacity_bytes > 0) {
+                self.put_reserve()
+            } else {
+                let seg = self.tiers[0].segment_size as u64;
+                self.put_reserve().div_ceil(seg) * seg
+            },
             guaranteed_live_bytes: self.guaranteed_live_bytes(),
             layout: self.layout.to_string(),
             events: {
