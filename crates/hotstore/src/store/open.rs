@@ -91,11 +91,20 @@ impl Store {
                         }
                     })
                     .collect();
+                // Fitted to the first tier's room: its file system's free space and, fix
+                // (issue 15), its capacity: `serve --capacity 64MiB` made a store of one 64 MiB
+                // segment whose reserve was larger than the store, so no put ever fitted.
                 let segment_size = match (&options.media, specs.first()) {
-                    (None, Some(t)) => fit_segment_size(
-                        options.segment_size_bytes,
-                        crate::medium::free_space_bytes(&resolve(&options.dir, &t.path)),
-                    ),
+                    (None, Some(t)) => {
+                        let free =
+                            crate::medium::free_space_bytes(&resolve(&options.dir, &t.path));
+                        let room = match (free, t.capacity_bytes) {
+                            (free, 0) => free,
+                            (Some(f), c) => Some(f.min(c)),
+                            (None, c) => Some(c),
+                        };
+                        fit_segment_size(options.segment_size_bytes, room)
+                    }
                     _ => options.segment_size_bytes,
                 };
                 let meta = Meta {
@@ -245,8 +254,8 @@ fn resolve(dir: &Path, p: &Path) -> PathBuf {
 }
 
 /// A new store's segments are at most this fraction of the free space of its first tier's
-/// file system: the stock of prepared segments and the removal reserve (a few segments each)
-/// must fit beside the data.
+/// file system and of its capacity: the stock of prepared segments and the reserve (a few
+/// segments each) must fit beside the data.
 const FREE_SPACE_PER_SEGMENT: u64 = 16;
 
 /// The segment size for a new store: `wanted`, or on a small file system (Docker's 64 MiB
