@@ -38,6 +38,24 @@ pub enum Error {
         /// What was wrong.
         reason: String,
     },
+    /// Segment files the store lists in its metadata are gone (deleted or moved while the
+    /// store was closed): the records in them are lost. Nothing was changed.
+    #[error("{n} segment file(s) of the store are missing from {tier_dir}: {list}. The store's list of its files (hotstore.meta) names them, so they were deleted or moved while it was closed: the records in them are lost, and keys they removed could come back. Put them back, or open with RecoveryMode::Salvage to open without them (they are then reported in RecoveryReport::missing_files and dropped from the list)", n = .files.len(), list = .files.join(", "))]
+    MissingFiles {
+        /// The tier's directory.
+        tier_dir: PathBuf,
+        /// Names of the missing files.
+        files: Vec<String>,
+    },
+    /// The metadata file is gone but segment files are there: a store that lost its
+    /// `hotstore.meta`. Nothing was created.
+    #[error("no {meta} in {dir}, but {segment_files} segment file(s) are there: the store's metadata was deleted. It is not re-created on its own (the options given may not match the files); restore it, or open with RecoveryMode::Salvage and create_if_missing, giving the store's original layout, segment size and tiers, to re-create it and keep every intact record", meta = crate::meta::META_FILE)]
+    MissingMeta {
+        /// Store directory.
+        dir: PathBuf,
+        /// Segment files found beside the missing metadata.
+        segment_files: usize,
+    },
     /// No tier has room for the write; nothing stored was touched. Dead space was recycled
     /// and relocated first: what is left is live data and the reserve.
     #[error("store full: a write of {needed_bytes} bytes needs a new file of {file_bytes} bytes and no tier has room (capacity {capacity_bytes} bytes over all tiers: {live_bytes} live, {dead_bytes} dead that could not be freed yet, {reserve_bytes} reserved for removals and relocation{device}); remove or acknowledge data, or raise the tier capacity")]

@@ -21,6 +21,7 @@ mod checksum;
 mod commit;
 mod error;
 mod events;
+mod files;
 mod index;
 mod key;
 mod maintenance;

@@ -3,12 +3,15 @@
 //! ```json
 //! {"format_version":1,"layout":"run:u32,event:u64|detector:u16,component:u16",
 //!  "segment_size_bytes":67108864,"created_unix_ms":1763770000000,
-//!  "tiers":[{"path":".","domain":"volatile","capacity_bytes":0}]}
+//!  "tiers":[{"path":".","domain":"volatile","capacity_bytes":0,
+//!            "files":[{"first_slot":0,"count":12,"len_bytes":67108864}]}]}
 //! ```
 //! It fixes what must not change under existing data: the format version, the key layout and
-//! the segment size. Tiers list their directory, declared domain and capacity.
+//! the segment size. Tiers list their directory, declared domain, capacity and segment files
+//! (`files`: the list the store checks its directories against at open).
 
 use crate::error::{Error, Result};
+use crate::files::FileRun;
 use crate::medium::{Domain, Medium};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -27,6 +30,10 @@ pub struct TierMeta {
     pub domain: Domain,
     /// Capacity in bytes, 0 = as much as the file system has.
     pub capacity_bytes: u64,
+    /// The tier's segment files (see `files`); absent in stores written before the list
+    /// existed, which get one built from the files present at their next open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<Vec<FileRun>>,
 }
 
 /// The metadata file's contents.
@@ -92,7 +99,17 @@ pub(crate) fn check_store_dir(dir: &Path, create_if_missing: bool) -> Result<()>
         Ok(m) if !m.is_dir() => Err(Error::NotADirectory(dir.to_path_buf())),
         Ok(_) if create_if_missing => Ok(()),
         Ok(_) => match std::fs::metadata(dir.join(META_FILE)) {
-            Err(e) if e.kind() == NotFound => Err(Error::NoStore(dir.to_path_buf())),
+            Err(e) if e.kind() == NotFound => {
+                // Segment files without metadata: a store that lost its `hotstore.meta`.
+                let medium = crate::medium::FileMedium::new(dir, Domain::Volatile)?;
+                match count_segment_files(&medium)? {
+                    0 => Err(Error::NoStore(dir.to_path_buf())),
+                    n => Err(Error::MissingMeta {
+                        dir: dir.to_path_buf(),
+                        segment_files: n,
+                    }),
+                }
+            }
             // Present, or unreadable: `Meta::load` reads it and reports what is wrong.
             _ => Ok(()),
         },
@@ -101,4 +118,13 @@ pub(crate) fn check_store_dir(dir: &Path, create_if_missing: bool) -> Result<()>
         Err(e) if e.kind() == NotFound => Err(Error::NoStoreDirectory(dir.to_path_buf())),
         Err(e) => Err(Error::io("open store directory", dir, e)),
     }
+}
+
+/// Segment files (`seg-NNNNNN.hss`) in `medium`'s directory.
+pub(crate) fn count_segment_files(medium: &dyn Medium) -> Result<usize> {
+    Ok(medium
+        .list()?
+        .iter()
+        .filter(|n| crate::segment::parse_file_name(n).is_some())
+        .count())
 }

@@ -6,6 +6,7 @@
 //! full tier (or a full device: ENOSPC from fallocate) answers `None`, never overwrites.
 
 use crate::error::{Error, Result};
+use crate::files::FileList;
 use crate::medium::{Domain, Medium, Region};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
@@ -60,6 +61,9 @@ pub struct Tier {
     pub capacity_bytes: u64,
     /// Standard segment file size.
     pub segment_size: usize,
+    /// The store's durable list of segment files: a file is listed before it is handed out,
+    /// unlisted before it is deleted.
+    files: Arc<FileList>,
     state: Mutex<TierState>,
     /// Signalled when a file being prepared is pooled (or failed).
     prepared: Condvar,
@@ -76,12 +80,14 @@ impl Tier {
         medium: Arc<dyn Medium>,
         capacity_bytes: u64,
         segment_size: usize,
+        files: Arc<FileList>,
     ) -> Self {
         Tier {
             index,
             medium,
             capacity_bytes,
             segment_size,
+            files,
             state: Mutex::new(TierState {
                 used_bytes: 0,
                 next_slot: 0,
@@ -321,7 +327,14 @@ impl Tier {
             self.medium.create_region(&name, len)
         };
         match made {
-            Ok(r) => Ok(Some((slot, r))),
+            Ok(r) => {
+                // Listed before anyone writes to it, so a listed file that is missing at open
+                // was lost, and an unlisted one can only be this fresh file after a crash. If
+                // the list cannot be written, the file is kept (the list may be durable
+                // anyway) and stays counted, but is not used.
+                self.files.add(self.index, slot, len as u64)?;
+                Ok(Some((slot, r)))
+            }
             Err(e) => {
                 let mut s = self.state.lock();
                 s.used_bytes -= len as u64;
@@ -382,6 +395,12 @@ impl Tier {
         }
     }
 
+    /// Unlists and deletes the file of `slot` (free, holding nothing).
+    fn forget(&self, slot: u32) -> Result<()> {
+        self.files.remove(self.index, slot)?;
+        self.medium.remove(&crate::segment::file_name(slot))
+    }
+
     /// Takes back a recycled file: standard-size files are pooled, others deleted.
     pub fn give_back(&self, slot: u32, region: Arc<dyn Region>) -> Result<()> {
         let len = region.len();
@@ -390,7 +409,8 @@ impl Tier {
             return Ok(());
         }
         drop(region);
-        self.medium.remove(&crate::segment::file_name(slot))?;
+        // Unlisted first: a listed file that is missing at open means lost records.
+        self.forget(slot)?;
         let mut s = self.state.lock();
         s.used_bytes -= len as u64;
         s.device_full = false;

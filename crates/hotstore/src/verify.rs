@@ -2,11 +2,13 @@
 //! ignoring summaries. Used by `hotstore verify`.
 
 use crate::error::{Error, Result};
+use crate::files::{self, Listed};
 use crate::medium::{FileMedium, Medium};
 use crate::meta::Meta;
 use crate::recovery;
 use crate::segment::{self, SegmentHeader};
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// One damaged range.
@@ -61,12 +63,36 @@ pub fn verify_dir(dir: &Path) -> Result<VerifyReport> {
         };
         // Volatile: verification never syncs anything, whatever the tier's domain.
         let medium = FileMedium::new(&path, crate::medium::Domain::Volatile)?;
-        for name in medium.list()? {
-            if segment::parse_file_name(&name).is_none() {
+        let names = medium.list()?;
+        let listed = match &t.files {
+            None => None,
+            Some(runs) => Some(files::from_runs(runs).ok_or_else(|| Error::BadMetadata {
+                path: dir.join(crate::meta::META_FILE),
+                reason: format!("the file list of tier {} has an invalid run", t.path),
+            })?),
+        };
+        if let Some(listed) = &listed {
+            missing_files(&path, &names, listed, &mut report);
+        }
+        for name in names {
+            let Some(slot) = segment::parse_file_name(&name) else {
                 continue;
-            }
+            };
             let region = medium.open_region(&name)?;
             let file = region.path().clone();
+            if let Some(&want) = listed.as_ref().and_then(|l| l.get(&slot)) {
+                if want != region.len() as u64 {
+                    report.damage.push(Damage {
+                        file: file.clone(),
+                        offset: 0,
+                        len: want,
+                        what: format!(
+                            "the file has {} bytes, the store's list of files says {want}",
+                            region.len()
+                        ),
+                    });
+                }
+            }
             // Safety: read-only use of our own mapping while it lives.
             let bytes =
                 unsafe { std::slice::from_raw_parts(region.as_ptr() as *const u8, region.len()) };
@@ -118,4 +144,22 @@ pub fn verify_dir(dir: &Path) -> Result<VerifyReport> {
         }
     }
     Ok(report)
+}
+
+/// Listed files that are not in the directory: their records are lost.
+fn missing_files(dir: &Path, names: &[String], listed: &Listed, report: &mut VerifyReport) {
+    let present: BTreeSet<u32> = names
+        .iter()
+        .filter_map(|n| segment::parse_file_name(n))
+        .collect();
+    for (&slot, &len) in listed.iter().filter(|(s, _)| !present.contains(s)) {
+        report.damage.push(Damage {
+            file: dir.join(segment::file_name(slot)),
+            offset: 0,
+            len,
+            what: "missing: the store's list of files (hotstore.meta) names it, so the \
+                   records in it are lost"
+                .into(),
+        });
+    }
 }

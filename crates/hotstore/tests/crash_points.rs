@@ -506,7 +506,8 @@ fn persist_failing_from_n() {
 fn summaries_failing_to_write() {
     let medium = FaultMedium::new("crash");
     let s = open(&medium, RecoveryMode::Strict, 1).unwrap();
-    // The metadata was written at open; every later file write (summaries) fails.
+    // Every later summary write fails (the metadata, rewritten when a file is created, works).
+    *medium.faults().fail_write_file_suffix.lock() = Some(".sum".into());
     medium.faults().fail_write_file_from.store(
         medium.faults().write_file_calls.load(Ordering::SeqCst) + 1,
         Ordering::SeqCst,

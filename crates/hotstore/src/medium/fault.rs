@@ -29,6 +29,9 @@ pub struct FaultConfig {
     pub fail_write_file_from: AtomicU64,
     /// `write_file` calls made so far.
     pub write_file_calls: AtomicU64,
+    /// If set, only files whose name ends with this fail from `fail_write_file_from` on
+    /// (e.g. `.sum`: summaries fail, the metadata with its list of files does not).
+    pub fail_write_file_suffix: Mutex<Option<String>>,
     /// Bulk writes (`Region::write`) are paced to this many bytes per second across the whole
     /// medium, as a slow device would take them; 0 means unlimited.
     pub write_bytes_per_sec: AtomicU64,
@@ -369,7 +372,11 @@ impl Medium for FaultMedium {
     fn write_file(&self, name: &str, data: &[u8]) -> Result<()> {
         let n = self.faults.write_file_calls.fetch_add(1, Ordering::SeqCst) + 1;
         let from = self.faults.fail_write_file_from.load(Ordering::SeqCst);
-        if from != 0 && n >= from {
+        let named = match &*self.faults.fail_write_file_suffix.lock() {
+            Some(suffix) => name.ends_with(suffix.as_str()),
+            None => true,
+        };
+        if from != 0 && n >= from && named {
             return Err(Error::io(
                 "write",
                 self.path.join(name),

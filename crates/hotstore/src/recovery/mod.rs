@@ -11,12 +11,14 @@
 mod bulk;
 
 use crate::error::{Error, Result};
+use crate::files::{FileList, Listed};
 use crate::index::Index;
 use crate::options::RecoveryMode;
 use crate::record::{self, Kind, HEADER_LEN, RECORD_ALIGN};
 use crate::segment::{self, Segment, SegmentHeader, SEGMENT_HEADER_LEN};
 use crate::summary::{self, Entry};
 use crate::tier::Tier;
+use std::collections::BTreeSet;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -46,6 +48,12 @@ pub struct RecoveryReport {
     pub skipped: Vec<(PathBuf, Range<u64>)>,
     /// Files that are not valid segments (bad header) and were treated as free.
     pub bad_headers: Vec<(PathBuf, String)>,
+    /// Files the store's list names that were not there (`Salvage` only: `Strict` refuses
+    /// with `Error::MissingFiles`); their records are lost and they are dropped from the list.
+    pub missing_files: Vec<PathBuf>,
+    /// Files holding records that the store's list did not name (written by a build that
+    /// kept no list); recovered and listed.
+    pub unlisted_files: Vec<PathBuf>,
     /// Wall time.
     pub duration: Duration,
 }
@@ -133,19 +141,70 @@ pub fn scan(
 /// one segment long (a crash while it was created, or an oversized segment freed just before a
 /// crash) holds nothing and was pooled as if it were a segment, so a writer later appended
 /// past its end; it is deleted instead.
+/// The deletion waits until the file is unlisted (see [`Kept`]).
 fn adopt_free(
     tier: &Tier,
     slot: u32,
     name: &str,
     region: Arc<dyn crate::medium::Region>,
-) -> Result<()> {
+    kept: &mut Kept,
+) {
     let len = region.len();
     if len == tier.segment_size {
         tier.adopt(slot, len as u64, Some(region));
-        return Ok(());
+        kept.lists[tier.index].insert(slot, len as u64);
+        return;
     }
     drop(region);
-    tier.medium.remove(name)
+    kept.doomed.push((tier.index, name.to_string()));
+}
+
+/// The files recovery keeps, which become the store's list, and those it deletes once the
+/// new list no longer names them (a listed file must never be missing).
+struct Kept {
+    lists: Vec<Listed>,
+    doomed: Vec<(usize, String)>,
+}
+
+/// Every tier's file names, after checking that no listed file is missing. `Strict` refuses
+/// before anything is changed on disk; `Salvage` reports the missing files.
+/// Fix (issue 15, part 6): a deleted segment file went unnoticed: its acknowledged records
+/// were silently gone and the keys it removed came back.
+fn list_tiers(
+    tiers: &[Tier],
+    mode: RecoveryMode,
+    files: &FileList,
+    report: &mut RecoveryReport,
+) -> Result<Vec<Vec<String>>> {
+    let mut all = Vec::with_capacity(tiers.len());
+    for tier in tiers {
+        let names = tier.medium.list()?;
+        if let Some(listed) = files.listed(tier.index) {
+            let present: BTreeSet<u32> = names
+                .iter()
+                .filter_map(|n| segment::parse_file_name(n))
+                .collect();
+            let missing: Vec<String> = listed
+                .keys()
+                .filter(|slot| !present.contains(slot))
+                .map(|&slot| segment::file_name(slot))
+                .collect();
+            if !missing.is_empty() {
+                if mode == RecoveryMode::Strict {
+                    return Err(Error::MissingFiles {
+                        tier_dir: tier.medium.path().to_path_buf(),
+                        files: missing,
+                    });
+                }
+                let dir = tier.medium.path();
+                report
+                    .missing_files
+                    .extend(missing.iter().map(|n| dir.join(n)));
+            }
+        }
+        all.push(names);
+    }
+    Ok(all)
 }
 
 /// A segment header that does not decode. All zero: never written, a free file (`None`).
@@ -233,6 +292,7 @@ pub fn recover<E: Send + Sync>(
     tiers: &[Tier],
     index: &Index<E>,
     mode: RecoveryMode,
+    files: &FileList,
 ) -> Result<Recovered> {
     let started = Instant::now();
     let mut report = RecoveryReport::default();
@@ -242,6 +302,12 @@ pub fn recover<E: Send + Sync>(
     let mut max_lsn = 0;
     let mut event_records = Vec::new();
     let mut pending = bulk::Pending::new();
+    let listed: Vec<Option<Listed>> = tiers.iter().map(|t| files.listed(t.index)).collect();
+    let names = list_tiers(tiers, mode, files, &mut report)?;
+    let mut kept = Kept {
+        lists: vec![Listed::new(); tiers.len()],
+        doomed: Vec::new(),
+    };
     // Segments a group reclaim was freeing when the process stopped: free them now.
     let intent: Vec<u64> = match tiers.first() {
         Some(t) => t
@@ -251,15 +317,32 @@ pub fn recover<E: Send + Sync>(
             .unwrap_or_default(),
         None => Vec::new(),
     };
-    for tier in tiers {
-        let names = tier.medium.list()?;
-        for name in &names {
+    for (tier, names) in tiers.iter().zip(&names) {
+        for name in names {
             let Some(slot) = segment::parse_file_name(name) else {
                 continue;
             };
             let region = tier.medium.open_region(name)?;
             let path = region.path().clone();
             let len = region.len();
+            let listed_len = listed[tier.index].as_ref().map(|l| l.get(&slot).copied());
+            if let Some(Some(want)) = listed_len.filter(|l| *l != Some(len as u64)) {
+                let why = format!(
+                    "the file has {len} bytes, the store's list of files says {want}: it was \
+                     cut or grown while the store was closed"
+                );
+                if mode == RecoveryMode::Strict {
+                    return Err(Error::Corruption {
+                        file: path,
+                        offset: 0,
+                        reason: why,
+                    });
+                }
+                report.bad_headers.push((path.clone(), why));
+            }
+            // Not listed (in a store that has a list): a file whose creation a crash
+            // interrupted, all zero, unless a build without the list wrote it.
+            let unlisted = listed_len == Some(None);
             // Safety: nothing else uses the file during recovery; the slice lives only in this loop.
             let bytes = unsafe { std::slice::from_raw_parts(region.as_ptr() as *const u8, len) };
             let mut repair_header = false;
@@ -277,7 +360,7 @@ pub fn recover<E: Send + Sync>(
                     region.persist(0, free.len())?;
                     max_segment_id = max_segment_id.max(h.id);
                     report.segments_free += 1;
-                    adopt_free(tier, slot, name, region)?;
+                    adopt_free(tier, slot, name, region, &mut kept);
                     continue;
                 }
                 // (A file no longer than its header page holds no record: treated as a length
@@ -301,6 +384,7 @@ pub fn recover<E: Send + Sync>(
                     }
                     report.bad_headers.push((path, why));
                     tier.adopt(slot, len as u64, None);
+                    kept.lists[tier.index].insert(slot, len as u64);
                     continue;
                 }
                 Ok(h) => {
@@ -315,7 +399,7 @@ pub fn recover<E: Send + Sync>(
                     // power cut would bring them back. Make the header durable first.
                     region.persist(0, len.min(SEGMENT_HEADER_LEN))?;
                     report.segments_free += 1;
-                    adopt_free(tier, slot, name, region)?;
+                    adopt_free(tier, slot, name, region, &mut kept);
                     continue;
                 }
                 Err(why) => match damaged_header(tier, slot, bytes, mode, &path, why)? {
@@ -328,12 +412,15 @@ pub fn recover<E: Send + Sync>(
                         // Never written (a header is persisted with the first persisted
                         // record of the file), or damaged and holding no record we can find.
                         report.bad_headers.push((path, why.to_string()));
-                        adopt_free(tier, slot, name, region)?;
+                        adopt_free(tier, slot, name, region, &mut kept);
                         continue;
                     }
                 },
             };
             max_segment_id = max_segment_id.max(header.id);
+            if unlisted {
+                report.unlisted_files.push(path.clone());
+            }
             let from_summary = tier
                 .medium
                 .read_file(&summary::file_name(slot))?
@@ -366,6 +453,7 @@ pub fn recover<E: Send + Sync>(
                 }
             };
             tier.adopt(slot, len as u64, None);
+            kept.lists[tier.index].insert(slot, len as u64);
             // Fix (found by tests/crash_points.rs, kill -9 then power cut): a scanned tail
             // was read from the page cache and may never have reached the device. Count it
             // as not persisted, so its seal persists it before writing a summary that vouches
@@ -430,6 +518,13 @@ pub fn recover<E: Send + Sync>(
     if !intent.is_empty() {
         // Every listed segment now has a durable free header.
         tiers[0].medium.remove(RECLAIM_INTENT)?;
+    }
+    // The list names exactly the files kept: built here for a store that had none, without
+    // the files Salvage found missing, with the unlisted ones adopted. Then, and only then,
+    // the files it no longer names are deleted.
+    files.replace(kept.lists)?;
+    for (t, name) in kept.doomed {
+        tiers[t].medium.remove(&name)?;
     }
     // Every key at once, the shards in parallel (tombstones only decide the order: dropped).
     pending.build(index, &segments);

@@ -1,7 +1,8 @@
 //! Opening a store: metadata, tiers, recovery, the lanes' active segments, maintenance.
 
 use super::*;
-use crate::options::MIN_SEGMENT_SIZE;
+use crate::files::FileList;
+use crate::options::{RecoveryMode, MIN_SEGMENT_SIZE};
 
 impl Store {
     /// Options with defaults for a store in `dir`.
@@ -63,6 +64,7 @@ impl Store {
                 if !options.create_if_missing {
                     return Err(Error::NoStore(options.dir.clone()));
                 }
+                refuse_orphaned_segments(&options, &*root)?;
                 let specs = if options.tiers.is_empty() {
                     vec![TierSpec::new(".")]
                 } else {
@@ -88,6 +90,8 @@ impl Store {
                             path: t.path.to_string_lossy().into_owned(),
                             domain,
                             capacity_bytes: t.capacity_bytes,
+                            // A new store lists its files from the start.
+                            files: Some(Vec::new()),
                         }
                     })
                     .collect();
@@ -120,6 +124,7 @@ impl Store {
         };
         let layout = KeyLayout::parse(&meta.layout)?;
         let segment_size = meta.segment_size_bytes as usize;
+        let files = Arc::new(FileList::new(root.clone(), meta.clone())?);
         let mut tiers = Vec::with_capacity(meta.tiers.len());
         for (i, t) in meta.tiers.iter().enumerate() {
             let medium: Arc<dyn Medium> = match &options.media {
@@ -140,10 +145,16 @@ impl Store {
                     &options,
                 )?),
             };
-            tiers.push(Tier::new(i, medium, t.capacity_bytes, segment_size));
+            tiers.push(Tier::new(
+                i,
+                medium,
+                t.capacity_bytes,
+                segment_size,
+                files.clone(),
+            ));
         }
         let index = Index::new(layout.key_len(), layout.event_prefix_len());
-        let recovered = recovery::recover(&tiers, &index, options.recovery)?;
+        let recovered = recovery::recover(&tiers, &index, options.recovery, &files)?;
         let events = Events::new(
             &layout,
             Policies::load(&*tiers[0].medium)?,
@@ -231,6 +242,37 @@ impl Store {
             report: recovered.report,
         })
     }
+}
+
+/// Fix (issue 15, part 6): a store whose `hotstore.meta` was deleted was silently given a
+/// new one with the caller's options beside its old segments (whose sizes and layout those
+/// options may not match). Segment files without metadata are refused unless the caller asks
+/// for salvage, which re-creates the metadata from the options given, as before.
+fn refuse_orphaned_segments(options: &StoreOptions, root: &dyn Medium) -> Result<()> {
+    if options.recovery == RecoveryMode::Salvage {
+        return Ok(());
+    }
+    let mut found = crate::meta::count_segment_files(root)?;
+    if let Some(media) = &options.media {
+        for m in media.iter().skip(1) {
+            found += crate::meta::count_segment_files(&**m)?;
+        }
+    } else {
+        for t in options.tiers.iter().filter(|t| t.path.as_os_str() != ".") {
+            let dir = resolve(&options.dir, &t.path);
+            if dir.is_dir() {
+                found +=
+                    crate::meta::count_segment_files(&FileMedium::new(&dir, Domain::Volatile)?)?;
+            }
+        }
+    }
+    if found > 0 {
+        return Err(Error::MissingMeta {
+            dir: options.dir.clone(),
+            segment_files: found,
+        });
+    }
+    Ok(())
 }
 
 /// A tier directory as a medium, with direct I/O off if no value would use it.
