@@ -127,7 +127,7 @@ struct DumpArgs {
 /// process" while a server, a recorder or another tool has the store open. An open store
 /// does the same work itself when it runs short of space (relocation), and its owner can call
 /// `Store::compact` in the library; this command is for a store at rest (before archiving it,
-/// or to give its space back).
+/// or to turn its dead space into room for later writes).
 #[derive(Args)]
 struct CompactArgs {
     /// Store directory.
