@@ -544,12 +544,12 @@ impl fmt::Display for Summary {
         let (total, elapsed) = (&self.total, self.elapsed_secs);
         write!(
             f,
-            "stress: {} threads, {elapsed:.1} s, nonce {:08x}, {} keys inherited ({} unacknowledged), {} long-lived written and checked: {} ops ({} new puts, {} overwrites, {} removes), {} of values; {} ops/s, {}/s; store full {} times; relocated {} records ({})",
+            "stress: {} threads, {elapsed:.1} s, nonce {:08x}, {} long-lived keys written and checked, {} keys inherited ({} unacknowledged): {} ops ({} new puts, {} overwrites, {} removes), {} of values; {} ops/s, {}/s; store full {} times; relocated {} records ({})",
             self.threads,
             self.nonce,
+            total.long_lived,
             self.inherited,
             self.adopted,
-            total.long_lived,
             total.ops(),
             total.new_puts,
             total.overwrites,
