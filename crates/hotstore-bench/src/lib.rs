@@ -4,7 +4,8 @@
 //! * [`minidaq`]: the DAQ benchmark (readout and collector threads on an embedded store or a
 //!   server), its sampling, report and plots.
 //! * [`bench`](mod@bench): embedded put and get throughput (`bench put|get`, `--vs lmdb`);
-//!   [`bench_recovery`]: index rebuild at open; [`bench_dram`]: DRAM per live key.
+//!   [`bench_recovery`]: index rebuild at open; [`bench_dram`]: DRAM per live key;
+//!   [`bench_soak`]: long-lived keys on a bounded store (relocation's cost over minutes).
 //! * [`device`]: storage characterisation (access methods, io_uring, fio beside) and the
 //!   papers' sizing models (`bench device`, `bench model`).
 //! * [`limits`]: the machine's own limits (memcpy bandwidth, O_DIRECT sequential writes), the
@@ -28,6 +29,7 @@ pub mod bench_dram;
 mod bench_harness;
 mod bench_lmdb;
 pub mod bench_recovery;
+pub mod bench_soak;
 pub mod device;
 mod error;
 pub mod limits;

@@ -7,7 +7,7 @@ use crate::util::{
 use crate::DurabilityArg;
 use clap::{Args, Subcommand};
 use hotstore_bench::device::{self, model, model_cmd, Method, Workload};
-use hotstore_bench::{bench, bench_dram, bench_recovery};
+use hotstore_bench::{bench, bench_dram, bench_recovery, bench_soak};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -23,6 +23,7 @@ pub enum BenchCommand {
     Recovery(RecoveryArgs),
     /// DRAM per live key (index and event table), from the process's anonymous memory.
     Dram(DramArgs),
+    Soak(SoakArgs),
     Device(DeviceArgs),
     Model(ModelArgs),
 }
@@ -343,6 +344,82 @@ fn device_config(a: DeviceArgs) -> CliResult<device::Config> {
     })
 }
 
+/// Long-lived keys on a bounded store: does relocation keep it writable, and at what cost?
+///
+/// Needs in --dir the bounded store's capacity plus the reference's files (by default 4 +
+/// 16 x --live-bytes, about 5 GiB, and more if the reference outgrows its preallocation).
+///
+/// The workload of issue 15: a fixed key set (16-byte fragment keys) holding --live-bytes of
+/// values, each key's value size drawn once, log-uniform from --min-value to --max-value
+/// (default 100 B to 1 MiB: as many values under 10 KiB as over; the mean is about 111 KiB),
+/// overwritten at random (uniformly over the keys) by THREADS threads. No segment dies on its
+/// own, since some of its keys are always still live, so on a store of --capacity-factor
+/// times the live data only relocation keeps room for writes.
+///
+/// First the reference: the same workload on an unbounded store (same options, no capacity,
+/// --reference-preallocate bytes of files prepared at open) for --reference-duration seconds. Then the soak: a fresh store bounded at --capacity-factor
+/// x the live data for --duration seconds, with a progress line on stderr every
+/// --progress-every seconds (elapsed, ops/s, MB/s, file bytes against the capacity, live
+/// bytes, write amplification, StoreFull count). Each run writes the key set once before it is
+/// measured. Throughput is sampled every second; the figures are medians of those samples.
+///
+/// The summary: the bounded median throughput against the unbounded one (the ratio), the most
+/// file bytes seen against the capacity, write amplification ((user bytes + relocated bytes) /
+/// user bytes over the soak) and the bytes relocated. A write refused with StoreFull is
+/// counted (the writer goes on); the command fails (exit 2, after the summary) if any was, or
+/// if the files ever exceeded the capacity. Stores go in temporary directories under --dir
+/// (default /dev/shm, else the system temp dir), removed at the end.
+#[derive(Args)]
+pub struct SoakArgs {
+    /// File system to measure: the stores go in fresh temporary directories under it.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Seconds of the bounded soak.
+    #[arg(long, default_value = "600", value_parser = parse_secs, value_name = "SECS")]
+    duration: f64,
+    /// Seconds of the unbounded reference run.
+    #[arg(long, default_value = "20", value_parser = parse_secs, value_name = "SECS")]
+    reference_duration: f64,
+    /// Value bytes of the key set (the live data).
+    #[arg(long, default_value = "256MiB", value_parser = parse_size, value_name = "BYTES")]
+    live_bytes: u64,
+    /// Capacity of the bounded store as a multiple of --live-bytes (over 1).
+    #[arg(long, default_value_t = 4.0, value_name = "X")]
+    capacity_factor: f64,
+    /// Smallest value.
+    #[arg(long, default_value = "100", value_parser = parse_size, value_name = "BYTES")]
+    min_value: u64,
+    /// Largest value.
+    #[arg(long, default_value = "1MiB", value_parser = parse_size, value_name = "BYTES")]
+    max_value: u64,
+    /// Segment file size (default: the engine's 64 MiB, or the largest power of two of at
+    /// least 1 MiB that fits 16 times in the capacity).
+    #[arg(long, value_parser = util::parse_segment_size, value_name = "BYTES")]
+    segment_size: Option<u64>,
+    /// Segment file bytes the unbounded reference creates and pre-faults at open (default: 16
+    /// x --live-bytes); the bounded store pre-faults all its capacity. A store that grows into
+    /// fresh files also measures the kernel faulting in pages (slow on some machines' tmpfs),
+    /// which is not what the ratio is about; the summary says when the reference outgrew this.
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    reference_preallocate: Option<u64>,
+    /// Writer threads (each overwrites its own share of the keys).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
+    /// Durability of every write.
+    #[arg(long, value_enum, default_value = "persisted")]
+    durability: DurabilityArg,
+    /// Seed of the value sizes and the key choices (default: random; printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Seconds between progress lines on stderr.
+    #[arg(long, default_value = "10", value_parser = parse_secs, value_name = "SECS")]
+    progress_every: f64,
+    /// Print one JSON object (the workload, `reference`, `bounded`, `ratio`,
+    /// `max_file_fraction`, `intervals`) instead of text; progress lines still go to stderr.
+    #[arg(long)]
+    json: bool,
+}
+
 /// The papers' sizing models, for given or measured rates.
 ///
 /// Extra DRAM (DUNE Fig. 6): data arriving at --input while storage takes it at --output piles
@@ -411,6 +488,7 @@ pub fn run(cmd: BenchCommand) -> CliResult<ExitCode> {
         BenchCommand::Get(a) => run_put_get(bench::Op::Get, a)?,
         BenchCommand::Recovery(a) => run_recovery(a)?,
         BenchCommand::Dram(a) => run_dram(a)?,
+        BenchCommand::Soak(a) => return run_soak(a),
         BenchCommand::Device(a) => return run_device(a),
         BenchCommand::Model(a) => run_model(a)?,
     }
@@ -460,6 +538,29 @@ fn run_recovery(a: RecoveryArgs) -> CliResult<()> {
         segment_size: a.segment_size,
     })?;
     print(&report, a.json)
+}
+
+fn run_soak(a: SoakArgs) -> CliResult<ExitCode> {
+    let report = bench_soak::run(&bench_soak::Config {
+        dir: a.dir,
+        duration: Duration::from_secs_f64(a.duration),
+        reference_duration: Duration::from_secs_f64(a.reference_duration),
+        live_bytes: a.live_bytes,
+        capacity_factor: a.capacity_factor,
+        min_value: a.min_value,
+        max_value: a.max_value,
+        segment_size: a.segment_size,
+        reference_preallocate: a.reference_preallocate,
+        threads: a.threads as usize,
+        durability: a.durability.into(),
+        seed: a.seed,
+        progress_every: Some(Duration::from_secs_f64(a.progress_every)),
+    })?;
+    print(&report, a.json)?;
+    match report.failure() {
+        Some(why) => fail(why),
+        None => Ok(ExitCode::SUCCESS),
+    }
 }
 
 fn run_dram(a: DramArgs) -> CliResult<()> {

@@ -3,8 +3,8 @@
 //! The tool parses arguments, calls the libraries and prints what they return: the engine
 //! (`hotstore`), the server, the recorder, the benchmarks (`hotstore_bench`) and the crash-test
 //! workload (`hotstore_crashtest`). This file holds the top-level command and the options of
-//! `inspect`, `verify` and `dump`, and maps results to exit statuses; every other subcommand's
-//! module holds its own options (their doc comments are the `--help` text).
+//! `inspect`, `verify`, `dump` and `compact`, and maps results to exit statuses; every other
+//! subcommand's module holds its own options (their doc comments are the `--help` text).
 
 /// The tool's allocator. The index grows by small B-tree nodes at millions of inserts a
 /// second; with glibc's malloc a quarter of a 100 B put went to faulting in fresh heap pages
@@ -13,6 +13,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bench;
+mod compact;
 mod dump;
 mod inspect;
 mod minidaq;
@@ -28,8 +29,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use util::{CliError, CliResult, EXIT_ERROR};
 
-/// Persistent hot storage for high-rate data acquisition: inspect, verify, dump, stress-test
-/// and benchmark a store.
+/// Persistent hot storage for high-rate data acquisition: inspect, verify, dump, compact,
+/// stress-test and benchmark a store.
 ///
 /// A store is a directory holding `hotstore.meta`, a lock file and segment files
 /// (`seg-NNNNNN.hss`). Sizes: 100, 10K or 10KiB (10240), 10KB (10000), and so on for M and G:
@@ -50,6 +51,7 @@ enum Command {
     Inspect(InspectArgs),
     Verify(VerifyArgs),
     Dump(DumpArgs),
+    Compact(CompactArgs),
     Stress(stress::StressArgs),
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -112,6 +114,31 @@ struct DumpArgs {
     json: bool,
 }
 
+/// Free the dead space of a store by moving its live records (offline compaction).
+///
+/// Opens the store (never creates one), relocates the live records of every segment that
+/// holds dead records, so those segments are freed, closes it and prints the store's segments,
+/// pooled files and file bytes before and after, the bytes and records moved, what each
+/// reclaimed byte cost, and the time. Freed segment files go to the store's pool of files
+/// kept for reuse (the engine does not delete them), so the files on disk do not shrink yet. Progress (bytes moved so far, dead bytes left) goes to stderr:
+/// redrawn in place on a terminal, one line a second otherwise.
+///
+/// Offline: it takes the store's lock like any open, so it fails with "open in another
+/// process" while a server, a recorder or another tool has the store open. An open store
+/// does the same work itself when it runs short of space (relocation), and its owner can call
+/// `Store::compact` in the library; this command is for a store at rest (before archiving it,
+/// or to turn its dead space into room for later writes).
+#[derive(Args)]
+struct CompactArgs {
+    /// Store directory.
+    dir: PathBuf,
+    /// Print one JSON object (`dir`, `before` and `after` with `segments`, `pooled_files`,
+    /// `file_bytes`, `live_bytes`, `dead_bytes`; `relocated_bytes`, `relocated_records`,
+    /// `moved_per_reclaimed_byte`, `write_amplification`, `duration_secs`) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
 /// Durability of each write.
 #[derive(Clone, Copy, ValueEnum)]
 enum DurabilityArg {
@@ -135,6 +162,7 @@ fn run(cli: Cli) -> CliResult<ExitCode> {
         Command::Inspect(a) => inspect::run(&a.dir, a.json)?,
         Command::Verify(a) => return verify::run(&a.dir, a.json),
         Command::Dump(a) => dump::run(&a.dir, a.json)?,
+        Command::Compact(a) => compact::run(&a.dir, a.json)?,
         Command::Stress(a) => stress::run(a)?,
         Command::Serve(a) => serve::run(a)?,
         Command::Minidaq(a) => return minidaq::run(a),

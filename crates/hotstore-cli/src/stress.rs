@@ -19,7 +19,8 @@ use std::time::Duration;
 /// mentions (a put in flight, never acknowledged, when an earlier run was killed), are shared
 /// out among the threads and reused, so a store can be killed and restarted any number of
 /// times. When the store is full, a thread
-/// removes the oldest quarter of its keys and continues.
+/// removes the oldest quarter of its keys and continues. With --long-lived N, N keys are
+/// written first and left alone until the end of the run, where they are read back.
 ///
 /// After the store acknowledges an operation, one line is appended to the ack log with a
 /// single write: `put <key-hex> <len> <crc32c>` or `del <key-hex>`. A supervisor may kill
@@ -29,7 +30,8 @@ use std::time::Duration;
 ///
 /// Values of 8 bytes or more start with a 64-bit little-endian seed followed by the
 /// SplitMix64 stream of `seed ^ fnv1a64(key)`, so even an unacknowledged value can be
-/// recognised as well-formed. Prints a summary (ops, bytes, ops/s) at the end.
+/// recognised as well-formed. Prints a summary (ops, bytes, ops/s, StoreFull answers, records
+/// relocated by the engine) at the end.
 #[derive(Args)]
 pub struct StressArgs {
     /// Store directory (created if missing).
@@ -68,6 +70,12 @@ pub struct StressArgs {
     /// `off` never.
     #[arg(long, value_parser = parse_size_or_off, value_name = "BYTES|off")]
     direct_io_min: Option<u64>,
+    /// Long-lived keys: N keys (`stress-<nonce>-long-<n>`) written at the start of the run,
+    /// then never overwritten or removed in it, and read back and checked at its end. They pin
+    /// their segments, so with --capacity only relocation keeps the store writable. They are
+    /// logged like any write; later runs inherit them as ordinary keys.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    long_lived: usize,
 }
 
 /// Runs `hotstore stress`.
@@ -84,6 +92,7 @@ pub fn run(a: StressArgs) -> CliResult<()> {
         segment_size: a.segment_size,
         capacity: a.capacity,
         durability: a.durability.into(),
+        long_lived: a.long_lived,
     })?;
     println!("{}", stress.opened());
     let summary = stress.run()?;

@@ -257,7 +257,7 @@ fn errors_are_reported_not_panicked() {
 
 #[test]
 fn help_of_every_subcommand_exits_zero() {
-    for cmd in ["inspect", "verify", "dump", "stress", "bench"] {
+    for cmd in ["inspect", "verify", "dump", "compact", "stress", "bench"] {
         let o = hotstore(&[cmd, "--help"]);
         assert_eq!(code(&o), 0, "{cmd}");
         assert!(stdout(&o).contains("Usage: hotstore"), "{cmd}");

@@ -209,8 +209,9 @@ fn verify_exit(dir: &Path) -> (i32, String) {
     )
 }
 
-/// Kills stress KILLS times on a store under `base`, checking at every check point.
-fn crash_loop(name: &str, base: &Path, extra: &[&str]) {
+/// Kills stress KILLS times on a store under `base`, checking at every check point; returns
+/// the summary line of the last run (not killed).
+fn crash_loop(name: &str, base: &Path, extra: &[&str]) -> String {
     let seed: u64 = std::env::var("HOTSTORE_KILL9_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -351,6 +352,7 @@ fn crash_loop(name: &str, base: &Path, extra: &[&str]) {
         new.is_empty(),
         "{name}: differences without a kill: {new:?}"
     );
+    stdout.lines().last().unwrap_or_default().to_string()
 }
 
 /// Block tier (the target directory is on disk): Persisted means msync/fdatasync.
@@ -400,19 +402,20 @@ const SHM_ARGS: [&str; 6] = [
     "300",
 ];
 
-/// `crash_loop` on /dev/shm with `SHM_ARGS` and `extra`; skipped where there is no /dev/shm.
-fn crash_loop_on_shm(name: &str, extra: &[&str]) {
+/// `crash_loop` on /dev/shm with `SHM_ARGS` and `extra`, returning the last run's summary;
+/// skipped (`None`) where there is no /dev/shm.
+fn crash_loop_on_shm(name: &str, extra: &[&str]) -> Option<String> {
     let shm = Path::new("/dev/shm");
     if !shm.is_dir() {
         eprintln!("no /dev/shm: skipped");
-        return;
+        return None;
     }
     let args: Vec<&str> = SHM_ARGS
         .iter()
         .copied()
         .chain(extra.iter().copied())
         .collect();
-    crash_loop(name, shm, &args);
+    Some(crash_loop(name, shm, &args))
 }
 
 /// Volatile tier with a capacity, so that writers meet "store full" and free space by
@@ -422,4 +425,28 @@ fn crash_loop_on_shm(name: &str, extra: &[&str]) {
 #[test]
 fn kill9_memory_bounded() {
     crash_loop_on_shm("bounded", &["--capacity", "24MiB"]);
+}
+
+/// The bounded store again, with long-lived keys: each run writes 100 keys first and leaves
+/// them alone (checking them at its end), so they pin their segments and the store stays
+/// writable only if relocation moves them. The last run (not killed) must report records
+/// relocated by the engine.
+#[test]
+fn kill9_memory_bounded_long_lived() {
+    let Some(summary) = crash_loop_on_shm(
+        "bounded-long-lived",
+        &["--capacity", "24MiB", "--long-lived", "100"],
+    ) else {
+        return;
+    };
+    let relocated: u64 = summary
+        .split("relocated ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no `relocated N records` in the summary: {summary}"));
+    assert!(
+        relocated > 0,
+        "the last run of a full store with long-lived keys relocated nothing: {summary}"
+    );
 }

@@ -56,6 +56,10 @@ pub struct Config {
     pub capacity: Option<u64>,
     /// Durability of every write.
     pub durability: Durability,
+    /// Long-lived keys written at the start of each run and never touched again in it (they
+    /// pin their segments, so a bounded store stays writable only by relocating them); read
+    /// back and checked at the end of the run. Later runs inherit them like any logged key.
+    pub long_lived: usize,
 }
 
 /// SplitMix64: fast, and simple enough to re-implement in a checker.
@@ -101,6 +105,7 @@ fn key_nonce(key: &[u8]) -> Option<u32> {
 /// Counters of one thread.
 #[derive(Default, Clone, Copy)]
 struct Counts {
+    long_lived: u64,
     new_puts: u64,
     overwrites: u64,
     removes: u64,
@@ -113,6 +118,7 @@ impl Counts {
         self.new_puts + self.overwrites + self.removes
     }
     fn add(&mut self, o: &Counts) {
+        self.long_lived += o.long_lived;
         self.new_puts += o.new_puts;
         self.overwrites += o.overwrites;
         self.removes += o.removes;
@@ -137,6 +143,8 @@ struct Worker<'a> {
     counts: Counts,
     /// Since when nothing could be written because the store is full.
     full_since: Option<Instant>,
+    /// This thread's long-lived keys, with the length and crc32c of their value.
+    long_lived: Vec<(Vec<u8>, u64, u32)>,
 }
 
 enum Outcome {
@@ -146,6 +154,7 @@ enum Outcome {
 
 impl Worker<'_> {
     fn run(&mut self, deadline: Instant, stop: &AtomicBool) -> Result<Counts> {
+        self.write_long_lived(deadline, stop)?;
         while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
             let r: f64 = self.rng.gen();
             let (p_new, p_over) = if self.live.is_empty() {
@@ -178,6 +187,52 @@ impl Worker<'_> {
             }
         }
         Ok(self.counts)
+    }
+
+    /// Writes this thread's share of the long-lived keys (`n % threads == id`), making room
+    /// as the loop does when the store is full.
+    fn write_long_lived(&mut self, deadline: Instant, stop: &AtomicBool) -> Result<()> {
+        let threads = self.cfg.threads.max(1);
+        for n in (self.id..self.cfg.long_lived).step_by(threads) {
+            let key = format!("stress-{:08x}-long-{n}", self.nonce).into_bytes();
+            loop {
+                if Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                match self.write(&key)? {
+                    Outcome::Done => break,
+                    Outcome::Full => {
+                        self.counts.full += 1;
+                        self.make_room()?;
+                    }
+                }
+            }
+            self.full_since = None;
+            self.counts.long_lived += 1;
+            self.long_lived
+                .push((key, self.buf.len() as u64, crc32c::crc32c(&self.buf)));
+        }
+        Ok(())
+    }
+
+    /// Reads back every long-lived key of this thread: each must hold what was written.
+    fn check_long_lived(&self) -> Result<()> {
+        for (key, len, crc) in &self.long_lived {
+            let what = match self.store.get(key)? {
+                None => "is missing".to_string(),
+                Some(v) if v.len() as u64 != *len || crc32c::crc32c(&v) != *crc => format!(
+                    "holds {} bytes with crc32c {:08x}, not the {len} bytes with crc32c {crc:08x} written",
+                    v.len(),
+                    crc32c::crc32c(&v)
+                ),
+                Some(_) => continue,
+            };
+            return fail(format!(
+                "long-lived key {} {what}",
+                String::from_utf8_lossy(key)
+            ));
+        }
+        Ok(())
     }
 
     /// Index of the key written longest ago (`live` must not be empty).
@@ -307,6 +362,7 @@ pub struct Summary {
     inherited: usize,
     adopted: usize,
     total: Counts,
+    relocation: hotstore::Relocation,
 }
 
 impl Stress {
@@ -431,10 +487,14 @@ impl Stress {
                         buf: Vec::new(),
                         counts: Counts::default(),
                         full_since: None,
+                        long_lived: Vec::new(),
                     };
                     let stop = &stop;
                     scope.spawn(move || {
-                        let r = w.run(deadline, stop);
+                        let r = w.run(deadline, stop).and_then(|c| {
+                            w.check_long_lived()?;
+                            Ok(c)
+                        });
                         if r.is_err() {
                             stop.store(true, Ordering::Relaxed);
                         }
@@ -461,6 +521,7 @@ impl Stress {
                 }
             }
         }
+        let relocation = store.stats().relocation;
         let closed = store.close();
         if let Some(e) = first_err {
             return Err(e);
@@ -473,6 +534,7 @@ impl Stress {
             inherited,
             adopted,
             total,
+            relocation,
         })
     }
 }
@@ -482,9 +544,10 @@ impl fmt::Display for Summary {
         let (total, elapsed) = (&self.total, self.elapsed_secs);
         write!(
             f,
-            "stress: {} threads, {elapsed:.1} s, nonce {:08x}, {} keys inherited ({} unacknowledged): {} ops ({} new puts, {} overwrites, {} removes), {} of values; {} ops/s, {}/s; store full {} times",
+            "stress: {} threads, {elapsed:.1} s, nonce {:08x}, {} long-lived keys written and checked, {} keys inherited ({} unacknowledged): {} ops ({} new puts, {} overwrites, {} removes), {} of values; {} ops/s, {}/s; store full {} times; relocated {} records ({})",
             self.threads,
             self.nonce,
+            total.long_lived,
             self.inherited,
             self.adopted,
             total.ops(),
@@ -494,7 +557,9 @@ impl fmt::Display for Summary {
             human_bytes(total.value_bytes as f64),
             human_count(total.ops() as f64 / elapsed),
             human_bytes(total.value_bytes as f64 / elapsed),
-            total.full
+            total.full,
+            self.relocation.records,
+            human_bytes(self.relocation.bytes as f64)
         )
     }
 }
