@@ -190,6 +190,18 @@ fn print_human(out: &mut Out, dir: &Path, stats: &Stats, report: &RecoveryReport
             range.end - range.start
         ))?;
     }
+    for file in &r.missing_files {
+        out.line(format_args!(
+            "MISSING      {}: listed by the store but gone; its records are lost (opened with salvage)",
+            short_path(file, dir)
+        ))?;
+    }
+    for file in &r.unlisted_files {
+        out.line(format_args!(
+            "unlisted     {}: holds records the store's list did not name (an older build wrote it); recovered and listed",
+            short_path(file, dir)
+        ))?;
+    }
     // The engine lists never-written pre-allocated files (all zero) with damaged headers;
     // only the latter deserve a line each.
     let (unused, bad): (Vec<_>, Vec<_>) = r

@@ -447,7 +447,11 @@ fn offload_to_moves_completed_slices_to_the_second_tier() {
         "--no-limit",
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}{out}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{}{out}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let tier0 = out
         .lines()
         .find(|l| l.starts_with("tier 0:"))

@@ -401,6 +401,31 @@ impl Tier {
         self.medium.remove(&crate::segment::file_name(slot))
     }
 
+    /// Deletes pooled free files beyond `keep` (after a compaction: their space goes back to
+    /// the file system); returns the bytes given back. A deleted file takes its retired id
+    /// with it, which is harmless: that id's records were in no other file.
+    pub fn trim_free(&self, keep: usize) -> Result<u64> {
+        let mut freed = 0;
+        loop {
+            let taken = {
+                let mut s = self.state.lock();
+                if s.free.len() <= keep {
+                    break;
+                }
+                s.free.pop()
+            };
+            let Some((slot, region)) = taken else { break };
+            let len = region.len() as u64;
+            drop(region);
+            self.forget(slot)?;
+            let mut s = self.state.lock();
+            s.used_bytes -= len;
+            s.device_full = false;
+            freed += len;
+        }
+        Ok(freed)
+    }
+
     /// Takes back a recycled file: standard-size files are pooled, others deleted.
     pub fn give_back(&self, slot: u32, region: Arc<dyn Region>) -> Result<()> {
         let len = region.len();

@@ -179,6 +179,13 @@ fn compact_frees_dead_space() {
         after.dead_bytes * 4 < before.dead_bytes,
         "{before:?} {after:?}"
     );
+    // The freed files go back to the file system (beyond the reserve and the minimum stock).
+    assert!(
+        after.file_bytes < before.file_bytes,
+        "{} file bytes before, {} after",
+        before.file_bytes,
+        after.file_bytes
+    );
     drop(s);
     let s = Store::builder(dir.path()).open().unwrap();
     assert_eq!(s.stats().entries, 1000);

@@ -282,4 +282,3 @@ mod tests {
         assert!(parse_rate("3 parsecs").is_err());
     }
 }
-

@@ -100,8 +100,7 @@ impl Store {
                 // segment whose reserve was larger than the store, so no put ever fitted.
                 let segment_size = match (&options.media, specs.first()) {
                     (None, Some(t)) => {
-                        let free =
-                            crate::medium::free_space_bytes(&resolve(&options.dir, &t.path));
+                        let free = crate::medium::free_space_bytes(&resolve(&options.dir, &t.path));
                         let room = match (free, t.capacity_bytes) {
                             (free, 0) => free,
                             (Some(f), c) => Some(f.min(c)),

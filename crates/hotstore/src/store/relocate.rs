@@ -497,6 +497,14 @@ impl Inner {
             }
         }
         super::upkeep::reclaim_all(self);
+        // The files it freed go back to the file system, not to the pool (a compaction is
+        // asked for to give space back): each tier keeps only its reserve's files and the
+        // minimum stock.
+        for t in &self.tiers {
+            let keep = self.put_reserve().div_ceil(t.segment_size as u64) as usize
+                + crate::tier::READY_TARGET;
+            t.trim_free(keep)?;
+        }
         Ok(self.relocator.bytes.load(Ordering::Relaxed) - start)
     }
 
