@@ -104,6 +104,13 @@ fn print_human(out: &mut Out, dir: &Path, stats: &Stats, report: &RecoveryReport
         r.groups,
         stats.write_amplification()
     ))?;
+    if r.errors > 0 {
+        out.line(format_args!(
+            "             {} background moves failed (the records stayed where they were); last: {}",
+            r.errors,
+            r.last_error.as_deref().unwrap_or("-")
+        ))?;
+    }
     if let Some(why) = &stats.poisoned {
         out.line(format_args!("READ-ONLY    {why}"))?;
     }

@@ -76,6 +76,11 @@ pub struct StressArgs {
     /// logged like any write; later runs inherit them as ordinary keys.
     #[arg(long, default_value_t = 0, value_name = "N")]
     long_lived: usize,
+    /// A second tier in DIR (relative to the store directory unless absolute): past half of
+    /// --capacity the first tier offloads its oldest segments there, so kills land in the
+    /// middle of offloads too.
+    #[arg(long, requires = "capacity", value_name = "DIR")]
+    offload_to: Option<PathBuf>,
 }
 
 /// Runs `hotstore stress`.
@@ -93,6 +98,7 @@ pub fn run(a: StressArgs) -> CliResult<()> {
         capacity: a.capacity,
         durability: a.durability.into(),
         long_lived: a.long_lived,
+        offload_to: a.offload_to,
     })?;
     println!("{}", stress.opened());
     let summary = stress.run()?;

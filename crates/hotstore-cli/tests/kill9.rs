@@ -450,3 +450,33 @@ fn kill9_memory_bounded_long_lived() {
         "the last run of a full store with long-lived keys relocated nothing: {summary}"
     );
 }
+
+/// Bounded first tier with a second tier below it (`--offload-to`): kills land in the middle
+/// of offloads as well as relocations, and nothing acknowledged is lost. The last run (not
+/// killed) must report records offloaded by the engine.
+#[test]
+fn kill9_memory_bounded_offload() {
+    let Some(summary) = crash_loop_on_shm(
+        "bounded-offload",
+        &[
+            "--capacity",
+            "24MiB",
+            "--offload-to",
+            "lower",
+            "--long-lived",
+            "100",
+        ],
+    ) else {
+        return;
+    };
+    let offloaded: u64 = summary
+        .split("offloaded ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no `offloaded N records` in the summary: {summary}"));
+    assert!(
+        offloaded > 0,
+        "the last run of a store past its offload mark offloaded nothing: {summary}"
+    );
+}

@@ -29,6 +29,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// With `offload_to`, the first tier offloads past this fraction of its capacity (half: so
+/// that short runs offload too).
+const OFFLOAD_AT: f64 = 0.5;
+
 /// After this long without being able to write or remove anything, a full store is an error.
 const FULL_STALL_LIMIT: Duration = Duration::from_secs(10);
 
@@ -54,6 +58,9 @@ pub struct Config {
     pub segment_size: Option<u64>,
     /// Tier capacity (replaces the stored one).
     pub capacity: Option<u64>,
+    /// A second tier (a directory; relative to the store's) that the bounded first tier
+    /// offloads its oldest data to past half its capacity.
+    pub offload_to: Option<PathBuf>,
     /// Durability of every write.
     pub durability: Durability,
     /// Long-lived keys written at the start of each run and never touched again in it (they
@@ -386,6 +393,11 @@ impl Stress {
         }
         if let Some(c) = cfg.capacity {
             opts = opts.tier(TierSpec::new(".").capacity_bytes(c));
+            if let Some(lower) = &cfg.offload_to {
+                opts = opts
+                    .tier(TierSpec::new(lower))
+                    .offload_high_water(Some(OFFLOAD_AT));
+            }
         }
         let store = opts.open()?;
         Ok(Stress {
@@ -544,7 +556,7 @@ impl fmt::Display for Summary {
         let (total, elapsed) = (&self.total, self.elapsed_secs);
         write!(
             f,
-            "stress: {} threads, {elapsed:.1} s, nonce {:08x}, {} long-lived keys written and checked, {} keys inherited ({} unacknowledged): {} ops ({} new puts, {} overwrites, {} removes), {} of values; {} ops/s, {}/s; store full {} times; relocated {} records ({})",
+            "stress: {} threads, {elapsed:.1} s, nonce {:08x}, {} long-lived keys written and checked, {} keys inherited ({} unacknowledged): {} ops ({} new puts, {} overwrites, {} removes), {} of values; {} ops/s, {}/s; store full {} times; relocated {} records ({}); offloaded {} records ({})",
             self.threads,
             self.nonce,
             total.long_lived,
@@ -559,7 +571,9 @@ impl fmt::Display for Summary {
             human_bytes(total.value_bytes as f64 / elapsed),
             total.full,
             self.relocation.records,
-            human_bytes(self.relocation.bytes as f64)
+            human_bytes(self.relocation.bytes as f64),
+            self.relocation.offloaded_records,
+            human_bytes(self.relocation.offloaded_bytes as f64)
         )
     }
 }

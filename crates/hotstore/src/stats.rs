@@ -126,8 +126,13 @@ pub struct Waits {
 }
 
 /// What relocation and offload did since open.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Relocation {
+    /// Background moves that failed or could not start (a lower tier full or failing: the
+    /// records stay where they were); counted at each attempt.
+    pub errors: u64,
+    /// The last error of a background move.
+    pub last_error: Option<String>,
     /// Records moved within their tier to free space (cleaning).
     pub records: u64,
     /// Their bytes.

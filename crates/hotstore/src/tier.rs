@@ -157,7 +157,8 @@ impl Tier {
         } else if s.device_full {
             0
         } else {
-            crate::medium::free_space_bytes(self.medium.path()).unwrap_or(0)
+            // Unknown: assume room; a file that does not fit fails at creation (ENOSPC).
+            self.medium.free_space_bytes().unwrap_or(u64::MAX / 4)
         };
         pooled + unallocated
     }

@@ -452,3 +452,66 @@ fn offload_moves_the_oldest_data_down_and_it_stays_readable_and_claimable() {
     check(&s);
     assert!(s.stats().tiers[1].live_bytes > 0);
 }
+
+/// Offload into a lower tier that fills up: the moves that do not fit fail, are counted and
+/// reported, the records stay where they were, and nothing is lost (also across a reopen).
+#[test]
+fn offload_into_a_full_lower_tier_keeps_every_record_and_reports_it() {
+    use hotstore::testing::FaultMedium;
+    let seg = 64usize << 10;
+    let fast = FaultMedium::new("fast");
+    let slow = FaultMedium::new("slow");
+    // The lower tier's device holds two segment files.
+    slow.faults()
+        .capacity_bytes
+        .store(2 * seg as u64, std::sync::atomic::Ordering::SeqCst);
+    let open = || {
+        Store::builder("/offload")
+            .segment_size_bytes(seg)
+            .lanes(1)
+            .tier(TierSpec::new("fast").capacity_bytes(32 * seg as u64))
+            .tier(TierSpec::new("slow"))
+            .offload_high_water(Some(0.3))
+            .media(vec![fast.clone(), slow.clone()])
+            .open()
+            .unwrap()
+    };
+    let s = open();
+    let value = |k: u32| vec![(k % 251) as u8; 2000 + (k as usize % 5) * 300];
+    // About 60% of the fast tier: past its mark, more than the lower tier can take.
+    let keys = 32 * seg as u32 * 6 / 10 / 2600;
+    for k in 0..keys {
+        s.put(&k.to_le_bytes(), &value(k), Durability::Persisted)
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while s.stats().relocation.errors == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no failed offload reported: {:?}",
+            s.stats().relocation
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let st = s.stats();
+    assert!(st.relocation.offloaded_records > 0, "{:?}", st.relocation);
+    let why = st.relocation.last_error.clone().unwrap();
+    assert!(why.contains("full"), "{why}");
+    assert!(
+        st.poisoned.is_none(),
+        "a full lower tier is not a broken store"
+    );
+    let check = |s: &Store| {
+        for k in 0..keys {
+            assert_eq!(
+                s.get(&k.to_le_bytes()).unwrap().unwrap(),
+                value(k),
+                "key {k}"
+            );
+        }
+        assert_eq!(s.stats().entries, keys as u64);
+    };
+    check(&s);
+    drop(s);
+    check(&open());
+}

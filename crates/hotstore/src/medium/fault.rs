@@ -389,6 +389,13 @@ impl Medium for FaultMedium {
             .insert(name.to_string(), data.to_vec());
         Ok(())
     }
+    fn free_space_bytes(&self) -> Option<u64> {
+        match self.faults.capacity_bytes.load(Ordering::Relaxed) {
+            0 => None,
+            cap => Some(cap.saturating_sub(self.used_bytes())),
+        }
+    }
+
     fn lock(&self) -> Result<Box<dyn Any + Send + Sync>> {
         let mut l = self.locked.lock();
         if *l {

@@ -97,6 +97,10 @@ pub trait Medium: Send + Sync + fmt::Debug {
     fn bulk_write_path(&self) -> &'static str {
         "mapped"
     }
+    /// Bytes the device under this medium has free (`None`: unknown).
+    fn free_space_bytes(&self) -> Option<u64> {
+        free_space_bytes(self.path())
+    }
 }
 
 /// One preallocated file, mapped into memory at a stable address for its whole life.

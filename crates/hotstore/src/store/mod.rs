@@ -331,6 +331,8 @@ impl Inner {
                 offloaded_records: self.relocator.offloaded_records.load(Ordering::Relaxed),
                 offloaded_bytes: self.relocator.offloaded_bytes.load(Ordering::Relaxed),
                 groups: self.relocator.groups.load(Ordering::Relaxed),
+                errors: self.relocator.errors.load(Ordering::Relaxed),
+                last_error: self.relocator.last_error.lock().clone(),
             },
             written_bytes: self.lanes.iter().map(|l| l.0.lock().bytes).sum(),
             // A tier bounded by its device holds the reserve back as whole pooled files.

@@ -33,6 +33,11 @@ pub(crate) struct Relocator {
     pub(crate) groups: AtomicU64,
     /// Bytes moved, by tier.
     pub(crate) per_tier: Box<[TierMoves]>,
+    /// Background moves that failed, and the last error.
+    pub(crate) errors: AtomicU64,
+    pub(crate) last_error: Mutex<Option<String>>,
+    /// Writers' segment waits seen at the last sweep (background cleaning yields to them).
+    segment_waits_seen: AtomicU64,
 }
 
 /// Bytes moved within, out of and into one tier.
@@ -364,6 +369,19 @@ impl Inner {
         Ok(())
     }
 
+    /// Counts a background move that failed: the records stay where they were, the store
+    /// goes on (a lower tier full is not a failure of the store), `stats()` tells.
+    fn note_background(&self, step: Result<Step>) {
+        if let Err(e) = step {
+            self.note_error(e.to_string());
+        }
+    }
+
+    fn note_error(&self, why: String) {
+        self.relocator.errors.fetch_add(1, Ordering::Relaxed);
+        *self.relocator.last_error.lock() = Some(why);
+    }
+
     fn count_moved(&self, from: usize, to: usize, len: usize) {
         let r = &self.relocator;
         let len = len as u64;
@@ -437,8 +455,17 @@ impl Inner {
             if t + 1 >= self.tiers.len() || fill.fraction() < high {
                 continue;
             }
+            let lower_room = self.relocation_budget(t + 1);
+            if lower_room < self.tiers[t].segment_size as u64 {
+                // The data stays where it is; say why it does not move.
+                self.note_error(format!(
+                    "offload from tier {t} paused: tier {} is full ({lower_room} bytes of room)",
+                    t + 1
+                ));
+                continue;
+            }
             let rule = Rule {
-                budget_bytes: budget.min(self.relocation_budget(t + 1)),
+                budget_bytes: budget.min(lower_room),
                 max_live_fraction: 1.0,
                 allow_active: false,
                 oldest_first: true,
@@ -448,9 +475,21 @@ impl Inner {
                 below_id: u64::MAX,
             };
             let before = self.relocator.offloaded_bytes.load(Ordering::Relaxed);
-            let _ = self.relocate_step(&rule, Some(t + 1));
+            self.note_background(self.relocate_step(&rule, Some(t + 1)));
             let moved = self.relocator.offloaded_bytes.load(Ordering::Relaxed) - before;
             budget = budget.saturating_sub(moved);
+        }
+        // Foreground writes first: cleaning that is not needed yet waits for a sweep in which
+        // no writer had to wait for a file (a writer that finds the store full does not wait
+        // for this: it asks for room, see `make_room`).
+        let waits = self.counters.segment_waits.get().count;
+        if self
+            .relocator
+            .segment_waits_seen
+            .swap(waits, Ordering::Relaxed)
+            != waits
+        {
+            return;
         }
         for (t, fill) in tiers.iter().enumerate() {
             if budget == 0 {
@@ -465,7 +504,7 @@ impl Inner {
             let mut rule = self.cleaning_rule(t, CLEAN_MAX_LIVE_FRACTION, false);
             rule.budget_bytes = rule.budget_bytes.min(budget);
             let before = self.relocator.bytes.load(Ordering::Relaxed);
-            let _ = self.relocate_step(&rule, None);
+            self.note_background(self.relocate_step(&rule, None));
             budget = budget.saturating_sub(self.relocator.bytes.load(Ordering::Relaxed) - before);
         }
     }
