@@ -119,9 +119,9 @@ struct DumpArgs {
 /// Opens the store (never creates one), relocates the live records of every segment that
 /// holds dead records, so those segments are freed, closes it and prints the store's segments,
 /// pooled files and file bytes before and after, the bytes and records moved, what each
-/// reclaimed byte cost, and the time. Freed segment files go to the store's pool of files
-/// kept for reuse (the engine does not delete them), so the files on disk do not shrink yet. Progress (bytes moved so far, dead bytes left) goes to stderr:
-/// redrawn in place on a terminal, one line a second otherwise.
+/// reclaimed byte cost, and the time. Freed segment files beyond the reserve and a minimum
+/// stock are deleted, so the files on disk shrink. Progress (bytes moved so far, dead bytes
+/// left) goes to stderr: redrawn in place on a terminal, one line a second otherwise.
 ///
 /// Offline: it takes the store's lock like any open, so it fails with "open in another
 /// process" while a server, a recorder or another tool has the store open. An open store
