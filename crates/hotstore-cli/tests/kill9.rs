@@ -352,7 +352,18 @@ fn crash_loop(name: &str, base: &Path, extra: &[&str]) -> String {
         new.is_empty(),
         "{name}: differences without a kill: {new:?}"
     );
-    stdout.lines().last().unwrap_or_default().to_string()
+    // The summary of the last run, then the final store as `inspect --json` sees it.
+    let inspect = Command::new(BIN)
+        .args(["inspect", "--json"])
+        .arg(&dir)
+        .output()
+        .expect("run hotstore inspect");
+    assert!(inspect.status.success(), "{name}: inspect at the end");
+    format!(
+        "{}\n{}",
+        stdout.lines().last().unwrap_or_default(),
+        String::from_utf8_lossy(&inspect.stdout).trim()
+    )
 }
 
 /// Block tier (the target directory is on disk): Persisted means msync/fdatasync.
@@ -452,8 +463,8 @@ fn kill9_memory_bounded_long_lived() {
 }
 
 /// Bounded first tier with a second tier below it (`--offload-to`): kills land in the middle
-/// of offloads as well as relocations, and nothing acknowledged is lost. The last run (not
-/// killed) must report records offloaded by the engine.
+/// of offloads (at half the capacity) as well as relocations, and nothing acknowledged is
+/// lost; at the end the second tier holds live data.
 #[test]
 fn kill9_memory_bounded_offload() {
     let Some(summary) = crash_loop_on_shm(
@@ -469,14 +480,17 @@ fn kill9_memory_bounded_offload() {
     ) else {
         return;
     };
-    let offloaded: u64 = summary
-        .split("offloaded ")
+    // Whether a kill landed in an offload depends on timing; what must hold whatever the
+    // timing: nothing acknowledged lost (checked above after every kill) and the data spread
+    // over both tiers, readable (the second tier holds live records at the end).
+    let inspect: serde_json::Value = summary
+        .lines()
         .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no `offloaded N records` in the summary: {summary}"));
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no inspect JSON after the summary: {summary}"));
+    let lower = &inspect["stats"]["tiers"][1];
     assert!(
-        offloaded > 0,
-        "the last run of a store past its offload mark offloaded nothing: {summary}"
+        lower["live_bytes"].as_u64().unwrap_or(0) > 0,
+        "the second tier holds nothing: {lower}"
     );
 }
