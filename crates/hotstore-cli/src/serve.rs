@@ -82,6 +82,11 @@ pub struct ServeArgs {
     #[arg(long, num_args = 0..=1, default_missing_value = "all",
           value_parser = crate::util::parse_preallocate, value_name = "BYTES")]
     preallocate: Option<u64>,
+    /// A second tier in DIR (a disk below a tmpfs store, say): past 80% of --capacity the
+    /// first tier's oldest data moves there in the background, still readable and claimable
+    /// (fixed when the store is created) [default: none].
+    #[arg(long, requires = "capacity", value_name = "DIR")]
+    offload_to: Option<PathBuf>,
     /// Fragments that make an event complete (READY); 0: only EVENT.SEAL or the timeout
     /// [default: the store's stored policy; 1 for a new store]. Stored with the store.
     #[arg(long)]
@@ -117,6 +122,9 @@ fn config_from(a: ServeArgs) -> CliResult<ServerConfig> {
     }
     if let Some(v) = a.unixsocket {
         c.unixsocket = Some(v);
+    }
+    if let Some(v) = a.offload_to {
+        c.offload_to = Some(v);
     }
     if let Some(v) = a.requirepass {
         c.requirepass = Some(v);

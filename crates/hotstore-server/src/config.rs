@@ -48,6 +48,10 @@ pub struct ServerConfig {
     /// Create and pre-fault segment files for this many bytes at start (bounded by the
     /// capacity), so writes never pay for page allocation: a DAQ buffer allocated up front.
     pub preallocate: u64,
+    /// A second tier (a directory, relative to `dir` unless absolute; needs `capacity`): past
+    /// 80% of the capacity the first tier's oldest data moves there (offload), still readable
+    /// and claimable. Fixed at creation, like every tier.
+    pub offload_to: Option<PathBuf>,
     /// Event policy to set at start: fragments that make an event complete (0: only
     /// EVENT.SEAL or the timeout). None keeps the store's stored policy (default 1).
     pub expected_fragments: Option<u32>,
@@ -80,6 +84,7 @@ impl Default for ServerConfig {
             max_buffer_memory: 1 << 30,
             capacity: 0,
             preallocate: 0,
+            offload_to: None,
             expected_fragments: None,
             incomplete_timeout_ms: None,
         }
@@ -140,6 +145,12 @@ impl ServerConfig {
         }
         if self.max_clients == 0 {
             return bad("max-clients must be at least 1".into());
+        }
+        if self.offload_to.is_some() && self.capacity == 0 {
+            return bad(
+                "offload-to needs a capacity: the first tier offloads past 80% of it (set --capacity)"
+                    .into(),
+            );
         }
         if self.max_bulk_len == 0 || self.max_bulk_len as u64 > hotstore::MAX_VALUE_LEN {
             return bad(format!(

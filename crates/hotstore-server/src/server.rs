@@ -46,6 +46,9 @@ pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let mut builder = Store::builder(&config.dir).lanes((threads * 2).clamp(2, 256));
     if config.capacity > 0 {
         builder = builder.tier(TierSpec::new(".").capacity_bytes(config.capacity));
+        if let Some(lower) = &config.offload_to {
+            builder = builder.tier(TierSpec::new(lower));
+        }
     }
     if config.preallocate > 0 {
         builder = builder.preallocate_bytes(config.preallocate);

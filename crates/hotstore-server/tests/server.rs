@@ -185,3 +185,58 @@ fn claims_go_back_when_the_connection_drops_and_shutdown_is_graceful() {
     assert_eq!(w.line(), "$-1");
     stopper.join().unwrap().unwrap();
 }
+
+/// Fix (issue 15): after DEL of every key of a full store, SET answered `-FULL` for about a
+/// second (the space was dead, waiting to be recycled); now the write asks for the room.
+#[test]
+fn after_deleting_everything_sets_never_answer_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.capacity = 64 << 20;
+    cfg.durability = hotstore::Durability::Memory;
+    let server = spawn(cfg).unwrap();
+    let mut c = Client::connect(server.tcp_addr());
+    let v = vec![7u8; 1 << 20];
+    let mut n = 0;
+    loop {
+        c.send(&[b"SET", format!("k{n}").as_bytes(), &v]);
+        let r = c.line();
+        if r != "+OK" {
+            assert!(r.starts_with("-FULL"), "{r}");
+            break;
+        }
+        n += 1;
+        assert!(n < 64, "a 64 MiB store took 64 x 1 MiB");
+    }
+    assert!(n >= 32, "only {n} x 1 MiB fitted in 64 MiB");
+    for i in 0..n {
+        assert_eq!(c.call(&["DEL", &format!("k{i}")]), ":1");
+    }
+    for i in 0..n {
+        c.send(&[b"SET", format!("again{i}").as_bytes(), &v]);
+        assert_eq!(c.line(), "+OK", "SET {i} of {n} after DEL of every key");
+    }
+    server.shutdown().unwrap();
+}
+
+/// `offload-to` gives the store a second tier (and needs a capacity).
+#[test]
+fn offload_to_adds_a_second_tier_and_needs_a_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.offload_to = Some("lower".into());
+    assert!(spawn(cfg.clone()).is_err(), "offload-to without a capacity");
+    cfg.capacity = 64 << 20;
+    let server = spawn(cfg).unwrap();
+    let mut c = Client::connect(server.tcp_addr());
+    assert_eq!(c.call(&["SET", "k", "v"]), "+OK");
+    server.shutdown().unwrap();
+    let s = hotstore::Store::builder(dir.path()).open().unwrap();
+    let tiers = s.stats().tiers;
+    assert_eq!(tiers.len(), 2);
+    assert_eq!(tiers[1].path, dir.path().join("lower"));
+    assert_eq!(
+        tiers[0].offload_high_water,
+        Some(hotstore::OFFLOAD_HIGH_WATER)
+    );
+}
