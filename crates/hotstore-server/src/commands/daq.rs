@@ -339,7 +339,7 @@ pub fn store_stats(ctx: &mut Ctx, _args: &Args) -> CmdResult {
     let e = &s.events;
     let power_safe = s.tiers.iter().filter(|t| t.survives_power_cut).count();
     let w = &s.waits;
-    let pairs: [(&str, u64); 25] = [
+    let pairs: [(&str, u64); 30] = [
         ("entries", s.entries),
         ("live_bytes", s.live_bytes),
         ("dead_bytes", s.dead_bytes),
@@ -365,6 +365,11 @@ pub fn store_stats(ctx: &mut Ctx, _args: &Args) -> CmdResult {
         ("full_wait_ns", w.full.total_ns),
         ("sync_waits", w.sync.count),
         ("sync_wait_ns", w.sync.total_ns),
+        ("reserve_bytes", s.reserve_bytes),
+        ("guaranteed_live_bytes", s.guaranteed_live_bytes),
+        ("relocated_bytes", s.relocation.bytes),
+        ("offloaded_bytes", s.relocation.offloaded_bytes),
+        ("written_bytes", s.written_bytes),
     ];
     ctx.out.map(pairs.len() + 3);
     for (k, v) in pairs {
