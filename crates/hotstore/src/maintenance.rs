@@ -25,8 +25,9 @@ pub(crate) trait Upkeep: Send + Sync {
     /// background relocation and offload.
     fn sweep(&self);
     /// A writer found the store full: free space now (reclaim, relocate) until a tier has
-    /// `need` bytes of room; true if one has.
-    fn make_room(&self, need: u64) -> bool;
+    /// `need` bytes of room (for a removal, by any relocation that frees space); true if one
+    /// has.
+    fn make_room(&self, need: u64, for_removal: bool) -> bool;
     /// Relocates everything worth it (`Store::compact`), reporting (bytes moved, dead bytes
     /// left) as it goes; returns the bytes moved.
     fn compact(&self, report: &mut dyn FnMut(u64, u64)) -> crate::Result<u64>;
@@ -44,6 +45,8 @@ pub(crate) enum Job {
     /// A writer found the store full (see `Upkeep::make_room`); the answer goes to `reply`.
     MakeRoom {
         need: u64,
+        /// For a removal: relocation then moves whatever gives any space back.
+        for_removal: bool,
         reply: std::sync::mpsc::Sender<bool>,
     },
     /// Compact, reporting progress, then send the result.
@@ -96,8 +99,12 @@ fn handle(inner: &dyn Upkeep, job: Job) -> bool {
         Job::Seal(seg) => inner.seal(&seg),
         Job::Reclaim(id) => inner.reclaim(id),
         Job::Prepare => {} // the caller's loop prepares after every job
-        Job::MakeRoom { need, reply } => {
-            let _ = reply.send(inner.make_room(need));
+        Job::MakeRoom {
+            need,
+            for_removal,
+            reply,
+        } => {
+            let _ = reply.send(inner.make_room(need, for_removal));
         }
         Job::Compact(mut progress, reply) => {
             let _ = reply.send(inner.compact(&mut *progress));

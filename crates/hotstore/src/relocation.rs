@@ -38,6 +38,8 @@ pub struct Candidate {
     pub file_bytes: u64,
     /// Bytes of live records (what relocation must copy).
     pub live_bytes: u64,
+    /// Length of its largest record.
+    pub max_record_bytes: u64,
     /// Ids of the segments this one pins on (it must outlive them).
     pub targets: Vec<u64>,
     /// A lane appends to it: it must be sealed before it is relocated.
@@ -67,8 +69,11 @@ pub const MAX_GROUP: usize = 4096;
 /// How to choose.
 #[derive(Debug, Clone, Copy)]
 pub struct Rule {
-    /// Most live bytes the group may have (the room relocation can write to now).
+    /// Room relocation can write to now: the group's live bytes, plus what packing them into
+    /// files may leave unused (see [`room_to_move`]), must fit.
     pub budget_bytes: u64,
+    /// Record bytes one file holds (a segment less its header page).
+    pub file_record_bytes: u64,
     /// Only groups with at most this live fraction (background cleaning leaves mostly-live
     /// segments alone; under pressure anything that frees space qualifies).
     pub max_live_fraction: f64,
@@ -86,6 +91,19 @@ pub struct Rule {
     /// Only groups whose members all have ids below this (a compaction takes the segments
     /// that existed when it started, not the ones it writes).
     pub below_id: u64,
+}
+
+/// Room that moving `live` bytes of records (each at most `max_record` bytes) needs at worst:
+/// records do not span files, so the lane's tail and each new file of `file_record_bytes` may
+/// end with up to a record's length unused. Fix (issue 15, kill -9 wedge): the budget used to
+/// be compared with the live bytes alone, so a group could run out of room half-moved, having
+/// spent the reserve without freeing anything.
+pub fn room_to_move(live: u64, max_record: u64, file_record_bytes: u64) -> u64 {
+    if live == 0 {
+        return 0;
+    }
+    let per_file = file_record_bytes.saturating_sub(max_record).max(1);
+    live + (1 + live.div_ceil(per_file)) * max_record
 }
 
 /// The group to relocate next under `rule`, or `None` if none qualifies.
@@ -112,8 +130,13 @@ pub fn choose(cands: &[Candidate], rule: &Rule) -> Option<Choice> {
         }
         let live: u64 = members.iter().map(|m| m.live_bytes).sum();
         let file: u64 = members.iter().map(|m| m.file_bytes).sum();
+        let max_record = members
+            .iter()
+            .map(|m| m.max_record_bytes)
+            .max()
+            .unwrap_or(0);
         if file == 0
-            || live > rule.budget_bytes
+            || room_to_move(live, max_record, rule.file_record_bytes) > rule.budget_bytes
             || (!rule.oldest_first && file.saturating_sub(live) < rule.min_gain_bytes.max(1))
         {
             continue;
@@ -175,6 +198,7 @@ mod tests {
             tier: 0,
             file_bytes: 100,
             live_bytes: live,
+            max_record_bytes: 0,
             targets: targets.to_vec(),
             active: false,
             excluded: false,
@@ -184,6 +208,7 @@ mod tests {
     fn rule() -> Rule {
         Rule {
             budget_bytes: 1000,
+            file_record_bytes: 100,
             max_live_fraction: 1.0,
             allow_active: false,
             oldest_first: false,
@@ -256,5 +281,22 @@ mod tests {
         r.oldest_first = true;
         let c = choose(&[seg(9, 10, &[]), seg(3, 90, &[]), seg(5, 0, &[])], &r).unwrap();
         assert_eq!(c.ids, vec![3]);
+    }
+
+    #[test]
+    fn room_to_move_counts_what_packing_may_leave_unused() {
+        assert_eq!(room_to_move(0, 50, 100), 0);
+        // One record: at worst the tail is too short for it, and it goes to a new file.
+        assert_eq!(room_to_move(50, 50, 100), 50 + 2 * 50);
+        // Small records waste little.
+        assert_eq!(room_to_move(1000, 1, 100), 1000 + 1 + 11);
+        // A group whose live bytes fit the budget, but not once packed, is not chosen.
+        let mut c = seg(1, 60, &[]);
+        c.max_record_bytes = 30;
+        let mut r = rule();
+        r.budget_bytes = 100;
+        assert!(choose(&[c.clone()], &r).is_none());
+        r.budget_bytes = 60 + (1 + 1) * 30 + 20;
+        assert!(choose(&[c], &r).is_some());
     }
 }

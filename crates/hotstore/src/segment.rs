@@ -22,6 +22,7 @@
 //! seeded with it, so records of an earlier use never validate.
 
 use crate::medium::Region;
+use crate::record::HEADER_LEN;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -138,6 +139,9 @@ pub struct Segment {
     pub live_bytes: AtomicU64,
     /// Bytes of dead records (overwritten, removed, tombstones).
     pub dead_bytes: AtomicU64,
+    /// Length of the largest record appended: relocation packs records into files, and each
+    /// file may leave up to this much unused (a record does not span files).
+    pub max_record: AtomicU64,
     /// Number of other segments holding records this segment shadows: while > 0 this segment
     /// must stay, or those older records would come back on recovery.
     pub pins: AtomicU64,
@@ -184,6 +188,7 @@ impl Segment {
             live_records: AtomicU64::new(0),
             live_bytes: AtomicU64::new(0),
             dead_bytes: AtomicU64::new(0),
+            max_record: AtomicU64::new(0),
             pins: AtomicU64::new(0),
             pinned_by: Mutex::new(HashSet::new()),
             recycled: AtomicBool::new(false),
@@ -297,6 +302,17 @@ impl Segment {
     /// header out of every later persist, and a power cut then lost Persisted records in it.
     pub fn forget_synced(&self) {
         *self.synced_upto.lock() = 0;
+    }
+
+    /// Clears the torn record found at `end` by recovery (zeroes its header slot, durably), so
+    /// the tail can take new records: a new record's body written under the old header, then a
+    /// crash before its own header, must not make that header valid again.
+    pub fn clear_torn_tail(&self) -> crate::Result<()> {
+        let end = self.end.load(Ordering::Acquire);
+        let len = HEADER_LEN.min(self.region.len().saturating_sub(end));
+        // Safety: past `end`, unpublished; the store is still opening (nobody appends yet).
+        unsafe { self.region.write(end, &[0u8; HEADER_LEN][..len], false)? };
+        self.region.persist(end, len)
     }
 
     /// Marks the file free on its medium (id 0), so recovery never loads its old records.

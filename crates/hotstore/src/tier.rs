@@ -210,6 +210,9 @@ impl Tier {
             0
         };
         let mut waited = false;
+        if self.capacity_bytes > 0 && len != self.segment_size {
+            self.unpool_for(len)?;
+        }
         if held_back > 0 {
             let (ok, made) = self.top_up(held_back)?;
             if !ok {
@@ -425,6 +428,33 @@ impl Tier {
             freed += len;
         }
         Ok(freed)
+    }
+
+    /// Fix (issue 15, kill -9 wedge): on a bounded tier, room held as pooled standard files
+    /// (every freed segment is pooled) could not become a file of another size: a removal's
+    /// small file was refused while `room_bytes` counted the room, and the removal then spent
+    /// a whole segment of the relocation reserve. Deletes pooled files until `len` fits in
+    /// the unallocated capacity (the room stays the same, only its form changes).
+    fn unpool_for(&self, len: usize) -> Result<()> {
+        loop {
+            let taken = {
+                let mut s = self.state.lock();
+                if self.fits(&s, len) {
+                    return Ok(());
+                }
+                match s.free.pop().or_else(|| s.ready.pop()) {
+                    Some(r) => r,
+                    None => return Ok(()),
+                }
+            };
+            let (slot, region) = taken;
+            let freed = region.len() as u64;
+            drop(region);
+            self.forget(slot)?;
+            let mut s = self.state.lock();
+            s.used_bytes -= freed;
+            s.device_full = false;
+        }
     }
 
     /// Takes back a recycled file: standard-size files are pooled, others deleted.

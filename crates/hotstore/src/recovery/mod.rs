@@ -470,9 +470,12 @@ pub fn recover<E: Send + Sync>(
             }
             report.records += entries.len() as u64;
             report.record_bytes += (end - SEGMENT_HEADER_LEN) as u64;
+            let mut max_record = 0;
             for e in &entries {
                 max_lsn = max_lsn.max(e.lsn);
+                max_record = max_record.max(record::record_len(e.key.len(), e.value_len as usize));
             }
+            seg.max_record.store(max_record as u64, Ordering::Relaxed);
             for e in &entries {
                 if e.kind.is_event() {
                     let rec_len = record::record_len(e.key.len(), e.value_len as usize) as u64;

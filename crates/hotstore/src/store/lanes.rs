@@ -25,11 +25,12 @@ impl Inner {
     ) -> Result<(MutexGuard<'_, Lane>, Arc<Segment>, usize)> {
         let deadline = full_wait.map(|w| Instant::now() + w);
         let mut room_asked = 0;
+        let mut last_resort = false;
         loop {
             // Read before trying, so space given back meanwhile is not waited for in vain.
             let generation = *self.space.0.lock();
             let mut lane = self.lane();
-            match self.room(&mut lane, rec_len, for_removal) {
+            match self.room(&mut lane, rec_len, for_removal, last_resort) {
                 Ok((seg, off)) => return Ok((lane, seg, off)),
                 Err(e) if e.is_full() => {
                     drop(lane);
@@ -39,9 +40,15 @@ impl Inner {
                     // made for us may be taken by another writer first; that writer made
                     // progress, so asking again is no livelock, but it is bounded all the same.
                     if room_asked < MAX_ROOM_REQUESTS
-                        && self.ask_for_room(self.room_needed(rec_len, for_removal))?
+                        && self.ask_for_room(self.room_needed(rec_len, for_removal), for_removal)?
                     {
                         room_asked += 1;
+                        continue;
+                    }
+                    // A removal always succeeds: when relocation could not make room, it may
+                    // spend the relocation reserve (see `room`).
+                    if for_removal && !last_resort {
+                        last_resort = true;
                         continue;
                     }
                     let remaining = deadline
@@ -77,9 +84,13 @@ impl Inner {
 
     /// Asks the maintenance thread to make `need` bytes of room (reclaim, then relocate) and
     /// waits for its answer: true if a tier has that room now.
-    fn ask_for_room(&self, need: u64) -> Result<bool> {
+    fn ask_for_room(&self, need: u64, for_removal: bool) -> Result<bool> {
         let (reply, answer) = std::sync::mpsc::channel();
-        self.send(Job::MakeRoom { need, reply });
+        self.send(Job::MakeRoom {
+            need,
+            for_removal,
+            reply,
+        });
         let t = Instant::now();
         let granted = loop {
             match answer.recv_timeout(Duration::from_millis(100)) {
@@ -97,12 +108,15 @@ impl Inner {
     }
 
     /// The lane's active segment and the offset where a `rec_len` record goes, rolling to a
-    /// new segment when it does not fit; `StoreFull` at once if no tier has room.
+    /// new segment when it does not fit; `StoreFull` at once if no tier has room. A removal
+    /// may take a small file from the put reserve; only as a `last_resort` (relocation could
+    /// not make room) may it spend the relocation reserve too.
     fn room(
         &self,
         lane: &mut Lane,
         rec_len: usize,
         for_removal: bool,
+        last_resort: bool,
     ) -> Result<(Arc<Segment>, usize)> {
         if let Some(seg) = &lane.seg {
             let end = seg.end.load(Ordering::Relaxed);
@@ -128,8 +142,14 @@ impl Inner {
                 };
                 match self.take_region(small, self.relocation_reserve(), rec_len) {
                     Ok(t) => (t, true),
+                    // Fix (issue 15, kill -9 wedge): this used to come at once, so a removal
+                    // could spend the file relocation needed to give any space back.
+                    Err(e) if !last_resort => return Err(e),
                     // A tier bounded only by its device keeps standard files back instead.
-                    Err(_) => (self.take_region(len, 0, rec_len)?, true),
+                    Err(_) => match self.take_region(small, 0, rec_len) {
+                        Ok(t) => (t, true),
+                        Err(_) => (self.take_region(len, 0, rec_len)?, true),
+                    },
                 }
             }
             Err(e) => return Err(e),
@@ -187,13 +207,10 @@ impl Inner {
         self.tiers[0].segment_size as u64
     }
 
-    /// The small file a removal takes from the reserve on a full store: an eighth of a
-    /// segment (at least 64 KiB), room for thousands of tombstones.
+    /// The small file a removal takes from the reserve on a full store (see
+    /// [`removal_file_len`]).
     pub(crate) fn removal_file_len(&self) -> usize {
-        (self.tiers[0].segment_size / 8)
-            .next_multiple_of(4096)
-            .max(64 << 10)
-            .min(self.tiers[0].segment_size)
+        removal_file_len(self.tiers[0].segment_size)
     }
 
     /// Bytes a put must leave free: the relocation reserve and one removal file. With live
@@ -257,4 +274,13 @@ impl Inner {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// The small file a removal takes from the reserve on a full store: an eighth of a segment (at
+/// least two pages: room for over a hundred tombstones), always smaller than a segment, so
+/// that a reopen knows such a file by its size and keeps it for removals.
+pub(crate) fn removal_file_len(segment_size: usize) -> usize {
+    (segment_size / 8)
+        .next_multiple_of(4096)
+        .max(2 * SEGMENT_HEADER_LEN)
 }

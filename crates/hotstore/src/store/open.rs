@@ -165,32 +165,21 @@ impl Store {
         if options.preallocate_bytes > 0 {
             tiers[0].preallocate(options.preallocate_bytes)?;
         }
-        // The tails that were open at a crash become the lanes' active segments again, instead
-        // of being sealed part-empty: repeated crashes would otherwise strand a part-filled
-        // segment per lane per restart, and a bounded store could fill with them.
+        // The tails that were open at a crash become active segments again, instead of being
+        // sealed part-empty: repeated crashes would otherwise strand a part-filled segment per
+        // lane per restart, and a bounded store could fill with them. Relocation's lanes take
+        // theirs first (the largest tail of each tier): relocation is what gives space back,
+        // and a crash in the middle of it used to leave its file sealed with the reserve
+        // spent, so the next run had no room to relocate into (the kill -9 wedge of issue 15).
+        let (relocation_tails, writer_tails, need_summary) =
+            assign_tails(recovered.need_summary, &recovered.report.torn_tails, &tiers)?;
         let mut lanes: Vec<Lane> = (0..options.lanes).map(|_| Lane::default()).collect();
-        let mut need_summary = Vec::new();
-        let mut free_lanes = lanes.iter_mut();
-        for seg in recovered.need_summary {
-            seg.forget_synced();
-            // Not a torn tail: the slot at `end` still holds the torn record's header, which a
-            // write interrupted between body and header could make valid again.
-            let torn = recovered
-                .report
-                .torn_tails
-                .iter()
-                .any(|(p, _)| p == seg.path());
-            let has_room = !torn
-                && seg.capacity() == segment_size
-                && seg.end.load(Ordering::Relaxed) + SEGMENT_HEADER_LEN < seg.capacity();
-            match if has_room { free_lanes.next() } else { None } {
-                Some(lane) => {
-                    seg.sealed.store(false, Ordering::Release);
-                    lane.seg = Some(seg);
-                }
-                None => need_summary.push(seg),
-            }
+        let mut need_summary = need_summary;
+        let mut writer_tails = writer_tails.into_iter();
+        for lane in lanes.iter_mut() {
+            lane.seg = writer_tails.next();
         }
+        need_summary.extend(writer_tails);
         let (tx, rx) = std::sync::mpsc::channel();
         let tiers_len = tiers.len();
         let inner = Arc::new(Inner {
@@ -219,12 +208,13 @@ impl Store {
             is_poisoned: AtomicBool::new(false),
             jobs: Mutex::new(tx),
             space: (Mutex::new(0), Condvar::new()),
-            relocator: relocate::Relocator::new(tiers_len),
+            relocator: relocate::Relocator::new(tiers_len, relocation_tails),
             offload_high_water: options.offload_high_water,
             counters: Counters::default(),
             _lock: lock,
         });
         for seg in need_summary {
+            seg.sealed.store(true, Ordering::Release);
             inner.send(Job::Seal(seg));
         }
         for seg in &recovered.segments {
@@ -241,6 +231,55 @@ impl Store {
             report: recovered.report,
         })
     }
+}
+
+/// The segments recovery found open (no summary): which continue as relocation's active
+/// segments (one per tier, the largest tail), which as writer lanes' (the rest with a tail
+/// worth having, largest first), and which are sealed. Torn tails are cleared first
+/// ([`Segment::clear_torn_tail`]). Every continued tail is unsealed and its synced watermark
+/// reset (nothing of it is known durable).
+#[allow(clippy::type_complexity)]
+fn assign_tails(
+    open: Vec<Arc<Segment>>,
+    torn: &[(PathBuf, u64)],
+    tiers: &[Tier],
+) -> Result<(
+    Vec<Option<Arc<Segment>>>,
+    Vec<Arc<Segment>>,
+    Vec<Arc<Segment>>,
+)> {
+    let tail = |s: &Segment| s.capacity() - s.end.load(Ordering::Relaxed);
+    let mut usable = Vec::new();
+    let mut sealed = Vec::new();
+    for seg in open {
+        seg.forget_synced();
+        // Standard files and removal files (known by their size: removals keep them, so
+        // that a crash does not spend the removal reserve); a file of one large record is
+        // sealed.
+        let size = tiers[seg.tier].segment_size;
+        let removals = seg.capacity() == super::lanes::removal_file_len(size);
+        let standard = seg.capacity() == size;
+        if (standard || removals) && tail(&seg) > HEADER_LEN {
+            seg.removals_only.store(removals, Ordering::Relaxed);
+            usable.push(seg);
+        } else {
+            sealed.push(seg);
+        }
+    }
+    usable.sort_by_key(|s| std::cmp::Reverse(tail(s)));
+    let mut relocation: Vec<Option<Arc<Segment>>> = vec![None; tiers.len()];
+    let mut writers = Vec::new();
+    for seg in usable {
+        if torn.iter().any(|(p, _)| p == seg.path()) {
+            seg.clear_torn_tail()?;
+        }
+        seg.sealed.store(false, Ordering::Release);
+        match &mut relocation[seg.tier] {
+            slot @ None if !seg.removals_only.load(Ordering::Relaxed) => *slot = Some(seg),
+            _ => writers.push(seg),
+        }
+    }
+    Ok((relocation, writers, sealed))
 }
 
 /// Fix (issue 15, part 6): a store whose `hotstore.meta` was deleted was silently given a

@@ -49,9 +49,19 @@ pub(crate) struct TierMoves {
 }
 
 impl Relocator {
-    pub(crate) fn new(tiers: usize) -> Self {
+    /// Relocator for `tiers` tiers, each lane continuing the segment given for it (a tail
+    /// left open by a crash) or starting empty.
+    pub(crate) fn new(tiers: usize, tails: Vec<Option<Arc<Segment>>>) -> Self {
+        let mut tails = tails.into_iter();
         Relocator {
-            lanes: (0..tiers).map(|_| Mutex::new(Lane::default())).collect(),
+            lanes: (0..tiers)
+                .map(|_| {
+                    Mutex::new(Lane {
+                        seg: tails.next().flatten(),
+                        ..Lane::default()
+                    })
+                })
+                .collect(),
             per_tier: (0..tiers).map(|_| TierMoves::default()).collect(),
             ..Default::default()
         }
@@ -98,6 +108,8 @@ const CLEAN_MAX_LIVE_FRACTION: f64 = 0.75;
 pub(crate) const MIN_GAIN_FRACTION: f64 = 1.0 / 16.0;
 /// Relocation steps one request for room may take before the answer is "full".
 const MAKE_ROOM_MAX_STEPS: usize = 256;
+/// Times a request for room retries a group whose member a writer held.
+const MAKE_ROOM_BUSY_RETRIES: usize = 8;
 
 /// Why a relocation step stopped.
 #[derive(Debug, PartialEq, Eq)]
@@ -132,6 +144,7 @@ impl Inner {
                     s.end.load(Ordering::Acquire) as u64
                 },
                 live_bytes: s.live_bytes.load(Ordering::Relaxed),
+                max_record_bytes: s.max_record.load(Ordering::Relaxed),
                 targets: targets.remove(&s.id).unwrap_or_default(),
                 active: !s.sealed.load(Ordering::Acquire),
                 excluded: s.recycled.load(Ordering::Acquire),
@@ -139,14 +152,23 @@ impl Inner {
             .collect()
     }
 
-    /// Room relocation may write to on `tier` now (it may use the reserve).
+    /// Room relocation may write to on `tier` now (it may use the reserve): its lane's tail
+    /// and the room of the tier, less a header page per file it would take.
     fn relocation_budget(&self, tier: usize) -> u64 {
         let in_lane = self.relocator.lanes[tier]
             .lock()
             .seg
             .as_ref()
             .map_or(0, |s| (s.capacity() - s.end.load(Ordering::Acquire)) as u64);
-        in_lane.saturating_add(self.tiers[tier].room_bytes())
+        in_lane.saturating_add(usable_room(
+            self.tiers[tier].room_bytes(),
+            self.tiers[tier].segment_size,
+        ))
+    }
+
+    /// Record bytes one standard file of `tier` holds.
+    fn file_record_bytes(&self, tier: usize) -> u64 {
+        (self.tiers[tier].segment_size - SEGMENT_HEADER_LEN) as u64
     }
 
     /// One relocation step under `rule` into `target` (the members' own tier when cleaning).
@@ -406,6 +428,7 @@ impl Inner {
     fn cleaning_rule(&self, tier: usize, max_live_fraction: f64, allow_active: bool) -> Rule {
         Rule {
             budget_bytes: self.relocation_budget(tier),
+            file_record_bytes: self.file_record_bytes(tier),
             max_live_fraction,
             allow_active,
             oldest_first: false,
@@ -421,22 +444,39 @@ impl Inner {
     /// Frees what can be freed now, then relocates until some tier has `need` bytes of room
     /// (a writer found the store full) or nothing qualifies; true if the room is there.
     /// Room is measured, not inferred from a file coming back: relocation takes files too.
-    pub(crate) fn make_room(&self, need: u64) -> bool {
+    pub(crate) fn make_room(&self, need: u64, for_removal: bool) -> bool {
         let has_room = |inner: &Inner| inner.tiers.iter().any(|t| t.room_bytes() >= need);
         super::upkeep::reclaim_all(self);
+        let mut busy_retries = 0;
         for _ in 0..MAKE_ROOM_MAX_STEPS {
             if has_room(self) || self.is_poisoned.load(Ordering::Acquire) {
                 break;
             }
-            let mut moved = false;
+            let (mut moved, mut busy) = (false, false);
             for tier in 0..self.tiers.len() {
-                let rule = self.cleaning_rule(tier, 1.0, true);
-                if let Ok(Step::Moved) = self.relocate_step(&rule, None) {
-                    moved = true;
-                    super::upkeep::reclaim_all(self);
+                let mut rule = self.cleaning_rule(tier, 1.0, true);
+                if for_removal {
+                    // A removal must succeed: any group that gives back more than its copy's
+                    // header costs will do, however full (past the guaranteed live bytes,
+                    // every segment may be nearly full).
+                    rule.min_gain_bytes = 2 * SEGMENT_HEADER_LEN as u64;
                 }
+                match self.relocate_step(&rule, None) {
+                    Ok(Step::Moved) => moved = true,
+                    Ok(Step::Busy) => busy = true,
+                    _ => {}
+                }
+                // Fix (issue 15): also after a step that did not finish: the records it moved
+                // left dead segments that are room now, not after this answer.
+                super::upkeep::reclaim_all(self);
             }
             if !moved {
+                // A member in a writer's hands a moment ago: try again, a few times.
+                if busy && busy_retries < MAKE_ROOM_BUSY_RETRIES {
+                    busy_retries += 1;
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
                 break;
             }
         }
@@ -466,6 +506,7 @@ impl Inner {
             }
             let rule = Rule {
                 budget_bytes: budget.min(lower_room),
+                file_record_bytes: self.file_record_bytes(t + 1),
                 max_live_fraction: 1.0,
                 allow_active: false,
                 oldest_first: true,
@@ -580,7 +621,16 @@ impl Inner {
             }
         }
         let len = self.file_len_for(rec_len, tier);
-        let Some(((slot, region), _)) = self.tiers[tier].take(len, 0)? else {
+        let mut taken = self.tiers[tier].take(len, 0)?;
+        // Less room than a segment is still room: relocation takes what there is (a removal
+        // that found no other room may have spent part of the reserve), so that it can go on
+        // giving space back.
+        let room = self.tiers[tier].room_bytes();
+        let part = (room - room % 4096).min(len as u64) as usize;
+        if taken.is_none() && part >= SEGMENT_HEADER_LEN + rec_len {
+            taken = self.tiers[tier].take(part, 0)?;
+        }
+        let Some(((slot, region), _)) = taken else {
             return Err(self.full_error(rec_len, len));
         };
         let seg = self.new_segment(tier, slot, region, false)?;
@@ -590,6 +640,14 @@ impl Inner {
         }
         Ok((seg, SEGMENT_HEADER_LEN))
     }
+}
+
+/// Bytes of records that files made from `room` bytes can hold: whole pages, less a header
+/// page per file (of at most `segment_size` bytes each).
+fn usable_room(room: u64, segment_size: usize) -> u64 {
+    let pages = room - room % 4096;
+    let headers = pages.div_ceil(segment_size as u64) * SEGMENT_HEADER_LEN as u64;
+    pages.saturating_sub(headers)
 }
 
 /// A tier's fill.

@@ -29,8 +29,8 @@ impl Upkeep for Inner {
         }
     }
 
-    fn make_room(&self, need: u64) -> bool {
-        Inner::make_room(self, need)
+    fn make_room(&self, need: u64, for_removal: bool) -> bool {
+        Inner::make_room(self, need, for_removal)
     }
 
     fn compact(&self, report: &mut dyn FnMut(u64, u64)) -> crate::Result<u64> {

@@ -321,6 +321,10 @@ impl Inner {
             // Safety: the header slot of our unpublished record.
             unsafe { seg.write_at(off, &header) };
         }
+        // Only the lane holder appends: no read-modify-write needed.
+        if rec_len as u64 > seg.max_record.load(Ordering::Relaxed) {
+            seg.max_record.store(rec_len as u64, Ordering::Relaxed);
+        }
         seg.end.store(off + rec_len, Ordering::Release);
         Ok(lsn)
     }
