@@ -165,8 +165,9 @@ pub enum Error {
         /// The fragment key (hex).
         key: String,
     },
-    /// A claim is no longer held: its lease expired, it was released, or it was acknowledged.
-    #[error("the claim {token} on event {event} is no longer held (lease expired, released or already acknowledged): the event may be with another consumer; claim again with next_event")]
+    /// A claim is no longer held: its lease expired or it was released (the event is offered
+    /// again). An event already acknowledged answers [`Error::EventAcknowledged`] instead.
+    #[error("the claim {token} on event {event} is no longer held (lease expired or released): the event is offered again, maybe to another consumer; claim again with next_event")]
     ClaimLost {
         /// The event.
         event: String,

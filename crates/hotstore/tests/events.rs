@@ -122,7 +122,38 @@ fn expired_lease_goes_back_to_ready_and_the_old_token_is_refused() {
     let t = claim.token().clone();
     assert_eq!(t.to_string().parse::<hotstore::ClaimToken>().unwrap(), t);
     claim.ack(Ack::Keep).unwrap();
-    assert!(matches!(s.release(&t), Err(Error::ClaimLost { .. })));
+    assert!(matches!(s.release(&t), Err(Error::EventAcknowledged(_))));
+}
+
+/// Fix (issue 16): an acknowledgement repeated after it took effect (a client retrying a
+/// command whose reply a crash lost) answered ClaimLost, which promises the event back; it
+/// never comes. It now answers EventAcknowledged, before and after a reopen, for REMOVE and
+/// KEEP; a stale claim on an event that was not acknowledged is still ClaimLost.
+#[test]
+fn a_repeated_acknowledgement_says_the_event_is_done_even_after_a_reopen() {
+    let m = FaultMedium::new("ack-twice");
+    let s = store_expecting(&m, 1);
+    for n in 1..=3 {
+        put_event(&s, 4, n, 1, Durability::Persisted);
+    }
+    let removed = s.next_event("c", LEASE).unwrap().unwrap().into_token();
+    let kept = s.next_event("c", LEASE).unwrap().unwrap().into_token();
+    let released = s.next_event("c", LEASE).unwrap().unwrap().into_token();
+    s.ack(&removed, Ack::Remove, Durability::Persisted).unwrap();
+    s.ack(&kept, Ack::Keep, Durability::Persisted).unwrap();
+    s.release(&released).unwrap();
+    let done = |r: hotstore::Result<()>| matches!(r, Err(Error::EventAcknowledged(_)));
+    assert!(done(s.ack(&removed, Ack::Remove, Durability::Persisted)));
+    assert!(done(s.ack(&kept, Ack::Keep, Durability::Persisted)));
+    assert!(done(s.release(&removed)));
+    let stale = s.ack(&released, Ack::Remove, Durability::Persisted);
+    assert!(matches!(stale, Err(Error::ClaimLost { .. })), "{stale:?}");
+    drop(s);
+    let s = store_expecting(&m.process_crash(), 1);
+    assert!(done(s.ack(&removed, Ack::Remove, Durability::Persisted)));
+    assert!(done(s.ack(&kept, Ack::Remove, Durability::Persisted)));
+    let stale = s.ack(&released, Ack::Remove, Durability::Persisted);
+    assert!(matches!(stale, Err(Error::ClaimLost { .. })), "{stale:?}");
 }
 
 #[test]

@@ -66,18 +66,29 @@ fn reopen_from_summaries_equals_reopen_by_scan_and_the_model() {
     let scanned = base.path().join("scanned");
     copy_dir(&dir, &scanned, true);
     let a = open(&dir);
+    let sa = a.stats();
     let b = open(&scanned);
+    let sb = b.stats();
     assert!(a.recovery_report().segments_from_summary > 0);
     assert_eq!(a.recovery_report().segments_scanned, 0);
     assert_eq!(b.recovery_report().segments_from_summary, 0);
     check(&a, &model, "from summaries");
     check(&b, &model, "by scan");
-    let (sa, sb) = (a.stats(), b.stats());
     assert_eq!(
-        (sa.entries, sa.live_bytes, sa.dead_bytes),
-        (sb.entries, sb.live_bytes, sb.dead_bytes),
+        (sa.entries, sa.live_bytes),
+        (sb.entries, sb.live_bytes),
         "accounting differs between the two opens"
     );
+    // Background cleaning may start in either store as soon as it is open (a busy machine
+    // found it): a moved record's old copy is dead bytes, so dead bytes are compared only
+    // when neither had moved anything yet.
+    let moved = |s: &hotstore::Stats| s.relocation.records + s.relocation.groups;
+    if moved(&sa) + moved(&sb) == 0 {
+        assert_eq!(
+            sa.dead_bytes, sb.dead_bytes,
+            "dead bytes differ between the two opens"
+        );
+    }
     // Remove everything: every segment but the lanes' active ones must be recycled.
     for k in model.keys() {
         assert!(a.remove(k, Durability::Memory).unwrap());

@@ -225,6 +225,8 @@ impl Inner {
         };
         self.write_event_record(token.event.as_bytes(), what, durability, |e| match e {
             Some(e) if e.claimed_by(token.claim) => Ok(true),
+            Some(e) if matches!(e.state, State::Kept) => Err(already_acked(token)),
+            _ if self.events.is_acked(token.event.as_bytes()) => Err(already_acked(token)),
             _ => Err(claim_lost(token)),
         })
     }
@@ -242,8 +244,15 @@ impl Inner {
         let mut shard = self.index.shards()[no].write();
         let super::ShardEvents { entries, ready, .. } = &mut shard.events;
         let Some(e) = entries.get_mut(&probe) else {
-            return Err(claim_lost(token));
+            return Err(if self.events.is_acked(p) {
+                already_acked(token)
+            } else {
+                claim_lost(token)
+            });
         };
+        if matches!(e.state, State::Kept) {
+            return Err(already_acked(token));
+        }
         if !e.claimed_by(token.claim) {
             return Err(claim_lost(token));
         }
@@ -261,6 +270,14 @@ impl Inner {
         self.events.make_ready(ready, no, e, p, false);
         Ok(())
     }
+}
+
+/// Fix (issue 16): an acknowledgement repeated after it took effect (a client retrying a
+/// command whose reply a crash lost) answered ClaimLost, which promises the event back; it
+/// never comes. The event's acknowledgement is known (the acknowledged set, durable, or a
+/// KEEP mark), so the answer says it is done.
+fn already_acked(token: &ClaimToken) -> Error {
+    Error::EventAcknowledged(token.event.to_string())
 }
 
 fn claim_lost(token: &ClaimToken) -> Error {

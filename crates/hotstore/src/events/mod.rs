@@ -444,6 +444,11 @@ impl Events {
         self.acked.write().insert(prefix);
     }
 
+    /// True if the event was acknowledged with `Remove` (its id is in the acknowledged set).
+    pub(crate) fn is_acked(&self, prefix: &[u8]) -> bool {
+        self.any_acked.load(Ordering::Acquire) && self.acked.read().contains(prefix)
+    }
+
     /// True once the store keeps event state.
     pub(crate) fn is_tracked(&self) -> bool {
         self.tracked.load(Ordering::Acquire)
