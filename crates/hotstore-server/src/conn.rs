@@ -381,7 +381,12 @@ where
         let mut reply = Reply::new(out, state.resp3);
         match got {
             Ok(Ok(Some(claim))) => {
-                commands::write_claim(shared, state, &mut reply, claim);
+                let batch = commands::Batch {
+                    count: w.count,
+                    consumer: &w.consumer,
+                    lease: w.lease,
+                };
+                commands::write_claims(shared, state, &mut reply, claim, &batch);
                 return true;
             }
             Ok(Ok(None)) => {}

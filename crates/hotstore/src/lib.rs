@@ -40,7 +40,7 @@ mod verify;
 
 pub use error::{Error, Result};
 pub use events::{
-    Ack, Claim, ClaimToken, EventCounts, EventId, EventInfo, EventPolicy, EventState,
+    Ack, Claim, ClaimToken, EventCounts, EventId, EventInfo, EventPolicy, EventState, PendingClaim,
     MAX_EXPECTED_FRAGMENTS,
 };
 pub use key::{FragmentKey, KeyField, KeyLayout, MAX_KEY_LEN};

@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// Events listed by EVENT.RANGE when it names no LIMIT.
 const DEFAULT_RANGE_LIMIT: usize = 1000;
+/// Most claims one EVENT.NEXT COUNT hands out, and most tokens one EVENT.ACK takes.
+pub const MAX_BATCH: usize = 10_000;
+const NEXT_SYNTAX: &str =
+    "ERR syntax error (EVENT.NEXT [LEASE ms] [BLOCK ms] [CONSUMER name] [COUNT n])";
 
 fn layout<'s>(ctx: &Ctx<'s, '_>) -> &'s KeyLayout {
     ctx.shared.store.layout()
@@ -168,12 +172,11 @@ pub fn event_next(ctx: &mut Ctx, args: &Args) -> CmdResult {
     let mut lease = DEFAULT_LEASE;
     let mut block: Option<u64> = None;
     let mut consumer = None;
+    let mut count = None;
     let mut i = 1;
     while i < args.len() {
         if i + 1 >= args.len() {
-            return Err(
-                "ERR syntax error (EVENT.NEXT [LEASE ms] [BLOCK ms] [CONSUMER name])".into(),
-            );
+            return Err(NEXT_SYNTAX.into());
         }
         if args.is(i, "lease") {
             lease = Duration::from_millis(millis(args, i + 1, "LEASE")?.max(1));
@@ -181,10 +184,16 @@ pub fn event_next(ctx: &mut Ctx, args: &Args) -> CmdResult {
             block = Some(millis(args, i + 1, "BLOCK")?);
         } else if args.is(i, "consumer") {
             consumer = Some(args.str(i + 1)?.to_string());
-        } else {
-            return Err(
-                "ERR syntax error (EVENT.NEXT [LEASE ms] [BLOCK ms] [CONSUMER name])".into(),
+        } else if args.is(i, "count") {
+            count = Some(
+                args.u64(i + 1)
+                    .ok()
+                    .filter(|n| (1..=MAX_BATCH as u64).contains(n))
+                    .ok_or_else(|| format!("ERR COUNT must be 1 to {MAX_BATCH}"))?
+                    as usize,
             );
+        } else {
+            return Err(NEXT_SYNTAX.into());
         }
         i += 2;
     }
@@ -196,7 +205,12 @@ pub fn event_next(ctx: &mut Ctx, args: &Args) -> CmdResult {
         .map_err(|e| reply_error(&e))?
     {
         Some(claim) => {
-            write_claim(ctx.shared, ctx.conn, ctx.out, claim);
+            let batch = Batch {
+                count,
+                consumer: &consumer,
+                lease,
+            };
+            write_claims(ctx.shared, ctx.conn, ctx.out, claim, &batch);
             Ok(Flow::Continue)
         }
         None => match block {
@@ -207,9 +221,43 @@ pub fn event_next(ctx: &mut Ctx, args: &Args) -> CmdResult {
             Some(ms) => Ok(Flow::WaitEvent(WaitEvent {
                 consumer,
                 lease,
+                count,
                 deadline: (ms > 0).then(|| Instant::now() + Duration::from_millis(ms)),
             })),
         },
+    }
+}
+
+/// What one EVENT.NEXT asked for: with `count`, a reply of up to that many claims.
+pub struct Batch<'a> {
+    pub count: Option<usize>,
+    pub consumer: &'a str,
+    pub lease: Duration,
+}
+
+/// Replies with `first` as one claim (no COUNT), or with an array of `first` and the events
+/// READY now, up to COUNT (claimed without waiting: a batch never waits for its last ones).
+pub fn write_claims(
+    shared: &Shared,
+    conn: &mut ConnState,
+    out: &mut Reply,
+    first: Claim,
+    batch: &Batch,
+) {
+    let Some(count) = batch.count else {
+        return write_claim(shared, conn, out, first);
+    };
+    let mut claims = vec![first];
+    while claims.len() < count {
+        match shared.store.next_event(batch.consumer, batch.lease) {
+            Ok(Some(c)) => claims.push(c),
+            // An error after the first claim ends the batch; the next EVENT.NEXT reports it.
+            _ => break,
+        }
+    }
+    out.array(claims.len());
+    for c in claims {
+        write_claim(shared, conn, out, c);
     }
 }
 
@@ -251,28 +299,86 @@ pub fn write_claim(shared: &Shared, conn: &mut ConnState, out: &mut Reply, claim
 }
 
 fn token_arg(args: &Args) -> Result<(String, ClaimToken), String> {
-    let text = args.str(1)?;
+    token_at(args, 1)
+}
+
+fn token_at(args: &Args, i: usize) -> Result<(String, ClaimToken), String> {
+    let text = args.str(i)?;
     let token = text
         .parse::<ClaimToken>()
         .map_err(|_| format!("ERR invalid claim token '{text}'"))?;
     Ok((text.to_string(), token))
 }
 
+const ACK_SYNTAX: &str =
+    "ERR EVENT.ACK token [token ...] REMOVE|KEEP [DURABILITY memory|persisted]";
+
+/// EVENT.ACK token [token ...] REMOVE|KEEP [DURABILITY d]: one token answers +OK or an error;
+/// several answer an array with one +OK or error per token, in order. However many, the
+/// acknowledgements share one group commit (the reply waits for it, as for one).
 pub fn event_ack(ctx: &mut Ctx, args: &Args) -> CmdResult {
-    let (text, token) = token_arg(args)?;
-    let ack = if args.is(2, "remove") {
-        Ack::Remove
-    } else if args.is(2, "keep") {
-        Ack::Keep
-    } else {
-        return Err("ERR EVENT.ACK token REMOVE|KEEP [DURABILITY memory|persisted]".into());
+    let Some(at) = (2..args.len()).find(|&i| args.is(i, "remove") || args.is(i, "keep")) else {
+        return Err(ACK_SYNTAX.into());
     };
-    let durability = durability_option(args, 3)?;
-    let result = ctx.shared.store.ack(&token, ack, Durability::Memory);
-    ctx.conn.claims.remove(&text);
-    result.map_err(|e| reply_error(&e))?;
-    wrote(ctx, durability);
-    ctx.out.ok();
+    let ack = if args.is(at, "remove") {
+        Ack::Remove
+    } else {
+        Ack::Keep
+    };
+    let tokens = at - 1;
+    if tokens > MAX_BATCH {
+        return Err(format!("ERR at most {MAX_BATCH} tokens in one EVENT.ACK"));
+    }
+    let durability = durability_option(args, at + 1)?;
+    let mut results = Vec::with_capacity(tokens);
+    for i in 1..at {
+        let (text, token) = token_at(args, i)?;
+        let result = ctx.shared.store.ack(&token, ack, Durability::Memory);
+        ctx.conn.claims.remove(&text);
+        results.push(result.map_err(|e| reply_error(&e)));
+    }
+    if results.iter().any(|r| r.is_ok()) {
+        wrote(ctx, durability);
+    }
+    if let [only] = &results[..] {
+        only.clone()?;
+        ctx.out.ok();
+        return Ok(Flow::Continue);
+    }
+    ctx.out.array(results.len());
+    for r in results {
+        match r {
+            Ok(()) => ctx.out.ok(),
+            Err(e) => ctx.out.error(&e),
+        }
+    }
+    Ok(Flow::Continue)
+}
+
+/// EVENT.PENDING [COUNT n]: the claims held now, oldest first, each as `[token, consumer,
+/// held ms, lease left ms, deliveries]`.
+pub fn event_pending(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let limit = match args.len() {
+        1 => DEFAULT_RANGE_LIMIT,
+        3 if args.is(1, "count") => {
+            args.u64(2)
+                .ok()
+                .filter(|n| (1..=MAX_BATCH as u64).contains(n))
+                .ok_or_else(|| format!("ERR COUNT must be 1 to {MAX_BATCH}"))? as usize
+        }
+        _ => return Err("ERR syntax error (EVENT.PENDING [COUNT n])".into()),
+    };
+    let pending = ctx.shared.store.pending(limit);
+    let out = &mut *ctx.out;
+    out.array(pending.len());
+    for p in pending {
+        out.array(5);
+        out.bulk(p.token.to_string().as_bytes());
+        out.bulk(p.consumer.as_bytes());
+        out.int(p.held.as_millis() as i64);
+        out.int(p.lease_left.as_millis() as i64);
+        out.int(i64::from(p.deliveries));
+    }
     Ok(Flow::Continue)
 }
 

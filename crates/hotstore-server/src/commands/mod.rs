@@ -8,7 +8,7 @@ mod daq;
 mod record;
 mod standard;
 
-pub use daq::write_claim;
+pub use daq::{write_claims, Batch};
 
 use crate::resp::Reply;
 use crate::session::ConnState;
@@ -34,6 +34,8 @@ pub struct WaitEvent {
     pub consumer: String,
     /// Lease of the claim.
     pub lease: Duration,
+    /// EVENT.NEXT COUNT: reply with an array of up to this many claims.
+    pub count: Option<usize>,
     /// When to give up (None: never).
     pub deadline: Option<Instant>,
 }
@@ -148,6 +150,7 @@ pub static COMMANDS: &[Spec] = &[
     spec!("event.get", -2, R, 0, 0, 0, daq::event_get),
     spec!("event.seal", -2, W, 0, 0, 0, daq::event_seal),
     spec!("event.release", 2, W, 0, 0, 0, daq::event_release),
+    spec!("event.pending", -1, R, 0, 0, 0, daq::event_pending),
     spec!("event.range", -3, R, 0, 0, 0, daq::event_range),
     spec!("store.stats", 1, R, 0, 0, 0, daq::store_stats),
     spec!("record.trigger", -1, W, 0, 0, 0, record::trigger),

@@ -3,7 +3,7 @@
 
 use super::acked::successor;
 use super::records::EventWrite;
-use super::{Ack, Claim, ClaimToken, EventId, EventInfo, EventPolicy};
+use super::{Ack, Claim, ClaimToken, EventId, EventInfo, EventPolicy, PendingClaim};
 use crate::error::{Error, Result};
 use crate::options::Durability;
 use crate::store::{Inner, Store};
@@ -59,6 +59,39 @@ impl Store {
     /// claim is no longer held.
     pub fn release(&self, token: &ClaimToken) -> Result<()> {
         self.inner.release(token)
+    }
+
+    /// Up to `limit` claims held now, oldest claim first: who holds each, for how long, the
+    /// time left on its lease and how many times its event was delivered (an event that
+    /// keeps coming back is one its consumers fail on).
+    pub fn pending(&self, limit: usize) -> Vec<PendingClaim> {
+        let inner = &self.inner;
+        inner.events.sweep(&inner.index, Instant::now());
+        let now = Instant::now();
+        let mut out = Vec::new();
+        for shard in inner.index.shards() {
+            let shard = shard.read();
+            for (k, e) in &shard.events.entries {
+                let (super::State::Claimed, Some(h)) = (&e.state, &e.holder) else {
+                    continue;
+                };
+                out.push((
+                    h.since,
+                    PendingClaim {
+                        token: ClaimToken {
+                            event: EventId::from_prefix(k.as_bytes()),
+                            claim: h.claim,
+                        },
+                        consumer: h.consumer.to_string(),
+                        held: now.saturating_duration_since(h.since),
+                        lease_left: h.until.saturating_duration_since(now),
+                        deliveries: u32::from(e.deliveries),
+                    },
+                ));
+            }
+        }
+        out.sort_by_key(|(since, p)| (*since, p.token.claim));
+        out.into_iter().take(limit).map(|(_, p)| p).collect()
     }
 
     /// Up to `limit` events with `from <= id < to` (`to = None`: to the end), in id order, each

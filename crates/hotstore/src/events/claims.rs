@@ -184,10 +184,14 @@ impl Inner {
                 let p = prefix.as_bytes();
                 ev.leave_state(e);
                 let claim = ev.new_claim(p, lease);
+                let since = Instant::now();
                 e.state = State::Claimed;
+                e.deliveries = e.deliveries.saturating_add(1);
                 e.holder = Some(Box::new(super::Holder {
                     claim,
                     consumer: consumer.clone(),
+                    since,
+                    until: since + lease,
                 }));
                 ev.enter_state(e);
                 return Ok(Some(Claim {

@@ -146,6 +146,27 @@ fn ser_event_id<S: serde::Serializer>(id: &EventId, s: S) -> Result<S::Ok, S::Er
     s.serialize_str(&id.to_string())
 }
 
+/// One claim held now, as listed by [`crate::Store::pending`].
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingClaim {
+    /// The claim's token (what `ack` and `release` take).
+    #[serde(serialize_with = "ser_token")]
+    pub token: ClaimToken,
+    /// The consumer holding it.
+    pub consumer: String,
+    /// How long it has been held.
+    pub held: Duration,
+    /// Time left on its lease.
+    pub lease_left: Duration,
+    /// Times the event was claimed since the store opened (this claim included; at most
+    /// 255, counted in memory like leases: a restart starts again at 0).
+    pub deliveries: u32,
+}
+
+fn ser_token<S: serde::Serializer>(t: &ClaimToken, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&t.to_string())
+}
+
 /// Counts of events by state, and lifecycle counters since open.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct EventCounts {
@@ -203,6 +224,9 @@ pub(crate) enum State {
 pub(crate) struct Holder {
     pub(crate) claim: u64,
     pub(crate) consumer: Arc<str>,
+    /// When it was claimed, and until when the lease holds.
+    pub(crate) since: Instant,
+    pub(crate) until: Instant,
 }
 
 /// An event's entry in its index shard: 40 bytes (asserted below), the parts only some
@@ -216,6 +240,9 @@ pub(crate) struct EventEntry {
     pub(crate) state: State,
     pub(crate) incomplete: bool,
     pub(crate) sealed: bool,
+    /// Times it was claimed since the store opened (saturating; in the padding before
+    /// `holder`, so the entry stays 40 bytes).
+    pub(crate) deliveries: u8,
     pub(crate) holder: Option<Box<Holder>>,
     pub(crate) mark: Option<Box<MarkLoc>>,
 }
@@ -232,6 +259,7 @@ impl EventEntry {
             state: State::Open,
             incomplete: false,
             sealed: false,
+            deliveries: 0,
             holder: None,
             mark: None,
         }
