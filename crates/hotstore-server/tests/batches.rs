@@ -115,7 +115,7 @@ fn claims_and_acknowledgements_come_in_batches() {
 
     let pending = call(&mut c, &["EVENT.PENDING"]);
     assert_eq!(pending.items().len(), 25);
-    let first = &pending.items()[0].items()[..];
+    let first = pending.items()[0].items();
     assert_eq!(
         first[0].text(),
         claims[0].items()[0].text(),
