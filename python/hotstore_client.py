@@ -396,6 +396,54 @@ class HotstoreClient:
             fragments=_fragments(fragments),
         )
 
+    def event_next_many(
+        self,
+        count: int,
+        lease_ms: int = 30000,
+        block_ms: Optional[int] = None,
+        consumer: Optional[str] = None,
+    ) -> List[ClaimedEvent]:
+        """Claims up to ``count`` READY events in one round trip (``EVENT.NEXT ... COUNT``),
+        oldest first; an empty list if none is READY (after waiting up to ``block_ms`` for the
+        first: the batch never waits for its last ones). ``count`` is 1 to 10000.
+        """
+        args: List[Any] = ["EVENT.NEXT", "LEASE", int(lease_ms), "COUNT", int(count)]
+        if block_ms is not None:
+            args += ["BLOCK", int(block_ms)]
+        if consumer is not None:
+            args += ["CONSUMER", consumer]
+        reply = self.execute(*args)
+        if reply is None:
+            return []
+        out = []
+        for token, (run, event), incomplete, fragments in reply:
+            out.append(
+                ClaimedEvent(
+                    token=_text(token),
+                    run=int(run),
+                    event=int(event),
+                    incomplete=bool(int(incomplete)),
+                    fragments=_fragments(fragments),
+                )
+            )
+        return out
+
+    def event_ack_many(
+        self, tokens: Sequence[str], remove: bool = True, durability: Optional[str] = None
+    ) -> List[Optional[ResponseError]]:
+        """Acknowledges many claims in one command (``EVENT.ACK t1 t2 ... REMOVE|KEEP``) and
+        one group commit. Returns one entry per token, in order: None if it took effect, else
+        the typed error (:class:`ClaimLostError`, :class:`AlreadyAckedError`, ...), which is
+        returned, not raised, so one lost claim does not hide the others' results.
+        """
+        if not tokens:
+            return []
+        what = "REMOVE" if remove else "KEEP"
+        reply = self.execute(*_durability(["EVENT.ACK", *tokens, what], durability))
+        if len(tokens) == 1:
+            return [None]
+        return [map_error(r) if isinstance(r, ResponseError) else None for r in reply]
+
     def event_ack(self, token: str, remove: bool = True, durability: Optional[str] = None) -> None:
         """Acknowledges a claim (``EVENT.ACK``): ``remove=True`` deletes the event's fragments
         (atomically), ``False`` keeps them stored; either way the event is never offered again

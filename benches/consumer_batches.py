@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""One Python consumer against `hotstore serve` on the root disk: events claimed and removed
+per second, one event per round trip (EVENT.NEXT + EVENT.ACK) against batches (EVENT.NEXT
+COUNT n + one EVENT.ACK of n tokens), with Persisted acknowledgements (each acknowledgement
+command waits for its group commit: fdatasync on the root disk).
+
+    python3 benches/consumer_batches.py [--events 20000] [--batch 100] [--dir DIR] [--json]
+
+Starts target/release/hotstore (build it first: cargo build --release -p hotstore-cli) on a
+free loopback port with a store in DIR (default: a new directory under /var/tmp, which is on
+the root disk here), fills it with single-fragment sealed events, drains them, stops it.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+from hotstore_client import HotstoreClient  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def start(store_dir):
+    binary = os.path.join(ROOT, "target", "release", "hotstore")
+    if not os.path.exists(binary):
+        sys.exit(f"{binary} not found: cargo build --release -p hotstore-cli first")
+    proc = subprocess.Popen(
+        [binary, "serve", "--dir", store_dir, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    for line in proc.stdout:
+        if "listening on" in line:
+            port = int(line.strip().rsplit(":", 1)[1])
+            return proc, port
+    sys.exit("hotstore serve exited before listening")
+
+
+def fill(c, run, events):
+    pipe = c.redis.pipeline(transaction=False)
+    for e in range(events):
+        pipe.execute_command("FRAG.PUT", run, e, 0, 0, b"x" * 100, "DURABILITY", "memory")
+        pipe.execute_command("EVENT.SEAL", run, e, "DURABILITY", "memory")
+        if e % 1000 == 999:
+            pipe.execute()
+    pipe.execute()
+
+
+def drain_one_by_one(c, events):
+    t = time.perf_counter()
+    for _ in range(events):
+        claim = c.event_next(lease_ms=60000)
+        c.event_ack(claim.token, remove=True, durability="persisted")
+    return events / (time.perf_counter() - t)
+
+
+def drain_batches(c, events, batch):
+    t = time.perf_counter()
+    done = 0
+    while done < events:
+        claims = c.event_next_many(batch, lease_ms=60000)
+        if not claims:
+            sys.exit(f"ran dry after {done} of {events} events")
+        results = c.event_ack_many([x.token for x in claims], durability="persisted")
+        if any(r is not None for r in results):
+            sys.exit(f"acknowledgement failed: {results}")
+        done += len(claims)
+    return events / (time.perf_counter() - t)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=20000)
+    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--dir", help="store directory (default: new one under /var/tmp)")
+    ap.add_argument("--json", action="store_true", help="one JSON line instead of text")
+    args = ap.parse_args()
+    store_dir = args.dir or tempfile.mkdtemp(prefix="hotstore-consumer-", dir="/var/tmp")
+    proc, port = start(store_dir)
+    try:
+        with HotstoreClient(port=port) as c:
+            one_n = max(args.events // 10, 1)
+            fill(c, 1, one_n)
+            one = drain_one_by_one(c, one_n)
+            fill(c, 2, args.events)
+            batched = drain_batches(c, args.events, args.batch)
+    finally:
+        proc.terminate()
+        proc.wait()
+        if not args.dir:
+            shutil.rmtree(store_dir, ignore_errors=True)
+    result = {
+        "events": args.events,
+        "batch": args.batch,
+        "one_by_one_events_per_s": round(one),
+        "batched_events_per_s": round(batched),
+        "speedup": round(batched / one, 1),
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"one Python consumer, Persisted acks, root disk: one by one {one:,.0f} events/s; "
+            f"batches of {args.batch} {batched:,.0f} events/s ({batched / one:.1f}x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
