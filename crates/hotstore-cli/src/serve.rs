@@ -95,6 +95,11 @@ pub struct ServeArgs {
     /// incomplete; 0: never [default: the stored policy; 0 for a new store].
     #[arg(long)]
     incomplete_timeout_ms: Option<u64>,
+    /// Deliveries after which an event that keeps coming back unacknowledged (its consumers
+    /// crash on it, or let the lease run out) is parked as poisoned instead of offered again:
+    /// listed by EVENT.RANGE, claimed only by EVENT.CLAIM; 0: never [default: 0].
+    #[arg(long)]
+    max_deliveries: Option<u32>,
 }
 
 fn config_from(a: ServeArgs) -> CliResult<ServerConfig> {
@@ -137,6 +142,9 @@ fn config_from(a: ServeArgs) -> CliResult<ServerConfig> {
     }
     if let Some(v) = a.incomplete_timeout_ms {
         c.incomplete_timeout_ms = Some(v);
+    }
+    if let Some(v) = a.max_deliveries {
+        c.max_deliveries = v;
     }
     if let Some(v) = a.durability {
         c.durability = v.into();

@@ -119,6 +119,7 @@ fn check(dir: &Path, log: &Log, round: usize) {
                     EventState::Ready => assert_eq!(info.fragments, u32::from(DETECTORS)),
                     EventState::Open => assert!(info.fragments < u32::from(DETECTORS)),
                     EventState::Claimed => panic!("claimed after reopen"),
+                    EventState::Poisoned => panic!("poisoned after reopen (never enabled)"),
                 }
             }
         }

@@ -126,6 +126,9 @@ pub enum EventState {
     Claimed,
     /// Acknowledged with `KEEP`: stored, never offered again.
     Kept,
+    /// Delivered the server's maximum number of times unacknowledged: parked, claimed only
+    /// explicitly (EVENT.CLAIM).
+    Poisoned,
 }
 
 impl EventState {
@@ -136,6 +139,7 @@ impl EventState {
             EventState::Ready => "ready",
             EventState::Claimed => "claimed",
             EventState::Kept => "kept",
+            EventState::Poisoned => "poisoned",
         }
     }
 }
@@ -148,6 +152,7 @@ impl FromStr for EventState {
             "ready" => Ok(EventState::Ready),
             "claimed" => Ok(EventState::Claimed),
             "kept" => Ok(EventState::Kept),
+            "poisoned" => Ok(EventState::Poisoned),
             o => Err(format!("unknown event state `{o}`")),
         }
     }

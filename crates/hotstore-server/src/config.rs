@@ -58,6 +58,9 @@ pub struct ServerConfig {
     /// Event policy to set at start: milliseconds after which an OPEN event becomes READY
     /// flagged incomplete (0: never). None keeps the stored policy.
     pub incomplete_timeout_ms: Option<u64>,
+    /// Deliveries after which an event that keeps coming back unacknowledged is parked as
+    /// poisoned (EVENT.CLAIM takes it explicitly); 0: never (the default).
+    pub max_deliveries: u32,
 }
 
 fn de_durability<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Durability, D::Error> {
@@ -87,6 +90,7 @@ impl Default for ServerConfig {
             offload_to: None,
             expected_fragments: None,
             incomplete_timeout_ms: None,
+            max_deliveries: 0,
         }
     }
 }

@@ -209,3 +209,35 @@ fn a_repeated_ack_answers_acked_also_after_a_restart() {
     drop(c);
     server.shutdown().unwrap();
 }
+
+/// With --max-deliveries, an event given back that often is parked: EVENT.NEXT skips it,
+/// EVENT.RANGE and STORE.STATS show it, EVENT.CLAIM takes it by its id.
+#[test]
+fn a_poisoned_event_is_parked_and_claimed_by_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_deliveries = 1;
+    let server = spawn(cfg).unwrap();
+    let mut c = Client::connect(server.tcp_addr());
+    assert!(ok(&call(&mut c, &["FRAG.PUT", "3", "1", "0", "0", "bad"])));
+    assert!(ok(&call(&mut c, &["EVENT.SEAL", "3", "1"])));
+    let claim = call(&mut c, &["EVENT.NEXT"]);
+    let token = claim.items()[0].text();
+    assert!(ok(&call(&mut c, &["EVENT.RELEASE", &token])));
+    assert_eq!(call(&mut c, &["EVENT.NEXT"]), Value::Bulk(None), "parked");
+    let range = call(&mut c, &["EVENT.RANGE", "3", "0", "10"]);
+    assert_eq!(range.items()[0].items()[1].text(), "poisoned");
+    let wrong = call(&mut c, &["EVENT.CLAIM", "3", "2"]);
+    assert!(
+        matches!(&wrong, Value::Error(e) if e.starts_with("NOEVENT")),
+        "{wrong:?}"
+    );
+    let explicit = call(&mut c, &["EVENT.CLAIM", "3", "1", "CONSUMER", "operator"]);
+    let t = explicit.items()[0].text();
+    let pending = call(&mut c, &["EVENT.PENDING"]);
+    assert_eq!(pending.items()[0].items()[1].text(), "operator");
+    assert_eq!(pending.items()[0].items()[4].int(), 2, "second delivery");
+    assert!(ok(&call(&mut c, &["EVENT.ACK", &t, "REMOVE"])));
+    drop(c);
+    server.shutdown().unwrap();
+}

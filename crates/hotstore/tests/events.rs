@@ -389,3 +389,62 @@ fn acknowledged_set_outlives_recycled_removal_records() {
     s.put(&frag(1, 400, 0), b"new", Durability::Memory).unwrap();
     assert_eq!(s.stats().events.ready, 1);
 }
+
+/// An event that comes back unacknowledged `max_deliveries` times (its consumers crash on
+/// it, or let the lease run out) is parked POISONED instead of offered forever: counted,
+/// listed, not offered by next_event, claimable by its id, and acknowledged as any claim.
+#[test]
+fn an_event_delivered_too_often_is_parked_as_poisoned() {
+    let m = FaultMedium::new("poison");
+    let s = store_expecting(&m, 1);
+    s.set_max_deliveries(2);
+    put_event(&s, 5, 1, 1, Durability::Memory);
+    put_event(&s, 5, 2, 1, Durability::Memory);
+    let id = EventId::new(5, 1);
+    // Delivery 1: released. Delivery 2: its lease runs out.
+    let c = s.next_event("crashy", LEASE).unwrap().unwrap();
+    assert_eq!(c.event(), &id);
+    c.release().unwrap();
+    let c = s
+        .next_event("crashy", Duration::from_millis(20))
+        .unwrap()
+        .unwrap();
+    assert_eq!(c.event(), &id, "a released event keeps its place");
+    let token = c.into_token();
+    assert_eq!(s.pending(10)[0].deliveries, 2);
+    std::thread::sleep(Duration::from_millis(50));
+    // Parked: the next claim is the other event, then nothing.
+    let other = s.next_event("ok", LEASE).unwrap().unwrap();
+    assert_eq!(other.event(), &EventId::new(5, 2));
+    assert!(s.next_event("ok", LEASE).unwrap().is_none());
+    assert_eq!(s.event_info(&id).unwrap().state, EventState::Poisoned);
+    assert_eq!(s.stats().events.poisoned, 1);
+    assert!(matches!(
+        s.ack(&token, Ack::Remove, Durability::Memory),
+        Err(Error::ClaimLost { .. })
+    ));
+    // Only a poisoned event is claimed by its id.
+    assert!(matches!(
+        s.claim_event(&EventId::new(5, 2), "x", LEASE),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        s.claim_event(&EventId::new(5, 9), "x", LEASE),
+        Err(Error::NoSuchEvent(_))
+    ));
+    let explicit = s.claim_event(&id, "operator", LEASE).unwrap();
+    assert_eq!(s.stats().events.poisoned, 0);
+    assert_eq!(
+        s.pending(10)
+            .iter()
+            .find(|p| p.token.event == id)
+            .unwrap()
+            .deliveries,
+        3
+    );
+    assert_eq!(explicit.fragments().unwrap().len(), 1);
+    explicit.ack(Ack::Remove).unwrap();
+    other.ack(Ack::Remove).unwrap();
+    assert!(s.event_info(&id).is_none());
+    assert_eq!(s.stats().events.poisoned, 0);
+}

@@ -449,6 +449,7 @@ fn info_section(ctx: &Ctx, section: &str, t: &mut String) {
             kv("events_ready", e.ready.to_string());
             kv("events_claimed", e.claimed.to_string());
             kv("events_kept", e.kept.to_string());
+            kv("events_poisoned", e.poisoned.to_string());
             kv("events_removed_total", e.removed_total.to_string());
             kv("late_fragments_total", e.late_fragments_total.to_string());
             kv("poisoned", st.poisoned.clone().unwrap_or_default());

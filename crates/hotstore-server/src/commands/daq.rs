@@ -355,6 +355,37 @@ pub fn event_ack(ctx: &mut Ctx, args: &Args) -> CmdResult {
     Ok(Flow::Continue)
 }
 
+/// EVENT.CLAIM run event [LEASE ms] [CONSUMER name]: claims a poisoned event by its id;
+/// the reply is EVENT.NEXT's.
+pub fn event_claim(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let layout = layout(ctx);
+    let n = layout.event_fields();
+    let syntax = || "ERR syntax error (EVENT.CLAIM <event fields> [LEASE ms] [CONSUMER name])";
+    if args.len() < 1 + n || !(args.len() - 1 - n).is_multiple_of(2) {
+        return Err(syntax().into());
+    }
+    let id = event_arg(layout, args)?;
+    let mut lease = DEFAULT_LEASE;
+    let mut consumer = None;
+    for i in (1 + n..args.len()).step_by(2) {
+        if args.is(i, "lease") {
+            lease = Duration::from_millis(millis(args, i + 1, "LEASE")?.max(1));
+        } else if args.is(i, "consumer") {
+            consumer = Some(args.str(i + 1)?.to_string());
+        } else {
+            return Err(syntax().into());
+        }
+    }
+    let consumer = consumer.unwrap_or_else(|| ctx.conn.consumer());
+    let claim = ctx
+        .shared
+        .store
+        .claim_event(&id, &consumer, lease)
+        .map_err(|e| reply_error(&e))?;
+    write_claim(ctx.shared, ctx.conn, ctx.out, claim);
+    Ok(Flow::Continue)
+}
+
 /// EVENT.PENDING [COUNT n]: the claims held now, oldest first, each as `[token, consumer,
 /// held ms, lease left ms, deliveries]`.
 pub fn event_pending(ctx: &mut Ctx, args: &Args) -> CmdResult {
@@ -432,6 +463,7 @@ pub fn event_range(ctx: &mut Ctx, args: &Args) -> CmdResult {
             EventState::Ready => b"ready",
             EventState::Claimed => b"claimed",
             EventState::Kept => b"kept",
+            EventState::Poisoned => b"poisoned",
         });
         ctx.out.int(e.fragments as i64);
         ctx.out.int(e.bytes as i64);
@@ -445,7 +477,7 @@ pub fn store_stats(ctx: &mut Ctx, _args: &Args) -> CmdResult {
     let e = &s.events;
     let power_safe = s.tiers.iter().filter(|t| t.survives_power_cut).count();
     let w = &s.waits;
-    let pairs: [(&str, u64); 30] = [
+    let pairs: [(&str, u64); 31] = [
         ("entries", s.entries),
         ("live_bytes", s.live_bytes),
         ("dead_bytes", s.dead_bytes),
@@ -458,6 +490,7 @@ pub fn store_stats(ctx: &mut Ctx, _args: &Args) -> CmdResult {
         ("events_ready", e.ready),
         ("events_claimed", e.claimed),
         ("events_kept", e.kept),
+        ("events_poisoned", e.poisoned),
         ("events_incomplete", e.incomplete),
         ("late_fragments", e.late_fragments_total),
         ("events_removed", e.removed_total),

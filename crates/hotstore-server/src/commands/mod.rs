@@ -151,6 +151,7 @@ pub static COMMANDS: &[Spec] = &[
     spec!("event.seal", -2, W, 0, 0, 0, daq::event_seal),
     spec!("event.release", 2, W, 0, 0, 0, daq::event_release),
     spec!("event.pending", -1, R, 0, 0, 0, daq::event_pending),
+    spec!("event.claim", -3, W, 0, 0, 0, daq::event_claim),
     spec!("event.range", -3, R, 0, 0, 0, daq::event_range),
     spec!("store.stats", 1, R, 0, 0, 0, daq::store_stats),
     spec!("record.trigger", -1, W, 0, 0, 0, record::trigger),

@@ -61,6 +61,23 @@ impl Store {
         self.inner.release(token)
     }
 
+    /// Claims a POISONED event by its id (one parked after the maximum number of
+    /// deliveries, see [`Store::set_max_deliveries`]), to inspect or acknowledge it. Any other
+    /// state is [`Error::InvalidArgument`]; an unknown event [`Error::NoSuchEvent`].
+    pub fn claim_event(&self, id: &EventId, consumer: &str, lease: Duration) -> Result<Claim> {
+        self.inner.claim_event(id, consumer, lease)
+    }
+
+    /// Parks events delivered `max` times without an acknowledgement as POISONED instead of
+    /// offering them again (0: never park, the default). Counted in memory, like leases: after
+    /// a restart a parked event is READY again and its count starts at 0.
+    pub fn set_max_deliveries(&self, max: u32) {
+        self.inner
+            .events
+            .max_deliveries
+            .store(max, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Up to `limit` claims held now, oldest claim first: who holds each, for how long, the
     /// time left on its lease and how many times its event was delivered (an event that
     /// keeps coming back is one its consumers fail on).

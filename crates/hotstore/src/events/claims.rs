@@ -271,8 +271,68 @@ impl Inner {
             }
             return Ok(());
         }
-        self.events.make_ready(ready, no, e, p, false);
+        self.events.give_back(ready, no, e, p);
         Ok(())
+    }
+
+    /// Claims event `prefix` by its id: only a POISONED one (the others are claimed in READY
+    /// order by `next_event`).
+    pub(crate) fn claim_event(
+        self: &Arc<Self>,
+        id: &EventId,
+        consumer: &str,
+        lease: Duration,
+    ) -> Result<Claim> {
+        if lease.is_zero() {
+            return Err(Error::InvalidArgument(
+                "a lease must be longer than 0".into(),
+            ));
+        }
+        self.check_event_id(id)?;
+        self.check_poisoned()?;
+        let ev = &self.events;
+        ev.track(&self.index);
+        ev.sweep(&self.index, Instant::now());
+        let p = id.as_bytes();
+        let mut shard = self.index.event_shard(p).write();
+        let Some(e) = shard.events.entries.get_mut(&IndexKey::new(p)) else {
+            return Err(if ev.is_acked(p) {
+                Error::EventAcknowledged(id.to_string())
+            } else {
+                Error::NoSuchEvent(id.to_string())
+            });
+        };
+        if e.state != State::Poisoned {
+            return Err(Error::InvalidArgument(format!(
+                "event {id} is {:?}, not poisoned: only a poisoned event is claimed by its id \
+                 (the others in READY order, with next_event)",
+                e.public_state()
+            )));
+        }
+        ev.leave_state(e);
+        let claim = ev.new_claim(p, lease);
+        let since = Instant::now();
+        e.state = State::Claimed;
+        e.deliveries = e.deliveries.saturating_add(1);
+        e.holder = Some(Box::new(super::Holder {
+            claim,
+            consumer: consumer.into(),
+            since,
+            until: since + lease,
+        }));
+        ev.enter_state(e);
+        Ok(Claim {
+            inner: self.clone(),
+            token: ClaimToken {
+                event: id.clone(),
+                claim,
+            },
+            fragments: e.fragments,
+            bytes: e.bytes,
+            incomplete: e.incomplete,
+            lease_until: since + lease,
+            settled: false,
+        })
     }
 }
 

@@ -120,6 +120,10 @@ pub enum EventState {
     Claimed,
     /// Acknowledged with `Keep`: stored, never offered again.
     Kept,
+    /// Delivered the maximum number of times without an acknowledgement (see
+    /// [`crate::Store::set_max_deliveries`]): parked, not offered again; claimable by
+    /// [`crate::Store::claim_event`].
+    Poisoned,
 }
 
 /// One event as listed by [`crate::Store::events`].
@@ -178,6 +182,8 @@ pub struct EventCounts {
     pub claimed: u64,
     /// Events KEPT.
     pub kept: u64,
+    /// Events POISONED (parked after the maximum number of deliveries).
+    pub poisoned: u64,
     /// READY or CLAIMED events flagged incomplete.
     pub incomplete: u64,
     /// Acknowledged events remembered, as intervals of ids (its memory cost).
@@ -218,6 +224,7 @@ pub(crate) enum State {
     Ready,
     Claimed,
     Kept,
+    Poisoned,
 }
 
 /// Who holds a claim (boxed in the entry: only CLAIMED events have one).
@@ -270,12 +277,13 @@ impl EventEntry {
         self.state == State::Claimed && self.holder.as_ref().is_some_and(|h| h.claim == claim)
     }
 
-    fn public_state(&self) -> EventState {
+    pub(crate) fn public_state(&self) -> EventState {
         match self.state {
             State::Open => EventState::Open,
             State::Ready => EventState::Ready,
             State::Claimed => EventState::Claimed,
             State::Kept => EventState::Kept,
+            State::Poisoned => EventState::Poisoned,
         }
     }
 
@@ -378,6 +386,7 @@ struct Counters {
     ready: AtomicU64,
     claimed: AtomicU64,
     kept: AtomicU64,
+    poisoned: AtomicU64,
     incomplete: AtomicU64,
     late: AtomicU64,
     removed: AtomicU64,
@@ -422,6 +431,8 @@ pub(crate) struct Events {
     /// then takes no lock. Set before any insert.
     any_acked: AtomicBool,
     next_claim: AtomicU64,
+    /// Deliveries after which an event that comes back unacknowledged is parked (0: never).
+    pub(crate) max_deliveries: AtomicU32,
     counters: Counters,
 }
 
@@ -448,6 +459,7 @@ impl Events {
             any_acked: AtomicBool::new(acked.intervals() > 0),
             acked: RwLock::new(acked),
             next_claim: AtomicU64::new(1),
+            max_deliveries: AtomicU32::new(0),
             counters: Counters::default(),
         };
         events.set_policies(policies);
@@ -726,11 +738,32 @@ impl Events {
         prefix: &[u8],
         incomplete: bool,
     ) {
-        if matches!(entry.state, State::Ready | State::Kept) {
+        if matches!(entry.state, State::Ready | State::Kept | State::Poisoned) {
             return;
         }
         self.leave_state(entry);
         self.push_ready(ready, shard_no, entry, prefix, incomplete);
+    }
+
+    /// A claimed event that came back without an acknowledgement (lease expired, released):
+    /// READY again in its old place, or parked POISONED once it was delivered the maximum
+    /// number of times (an event that makes every consumer fail is not offered forever).
+    pub(crate) fn give_back(
+        &self,
+        ready: &mut ReadyQueue,
+        shard_no: usize,
+        entry: &mut EventEntry,
+        prefix: &[u8],
+    ) {
+        let max = self.max_deliveries.load(Ordering::Relaxed);
+        if max > 0 && u32::from(entry.deliveries) >= max {
+            self.leave_state(entry);
+            entry.holder = None;
+            entry.state = State::Poisoned;
+            self.enter_state(entry);
+        } else {
+            self.make_ready(ready, shard_no, entry, prefix, false);
+        }
     }
 
     /// Puts an entry that is counted in no state (new, or just left its state) into READY.
@@ -839,6 +872,7 @@ impl Events {
             State::Ready => &self.counters.ready,
             State::Claimed => &self.counters.claimed,
             State::Kept => &self.counters.kept,
+            State::Poisoned => &self.counters.poisoned,
         }
     }
 
@@ -897,7 +931,7 @@ impl Events {
             if let Some(e) = entries.get_mut(&prefix) {
                 if e.claimed_by(claim) {
                     self.counters.expired.fetch_add(1, Ordering::Relaxed);
-                    self.make_ready(ready, no, e, prefix.as_bytes(), false);
+                    self.give_back(ready, no, e, prefix.as_bytes());
                 }
             }
         }
@@ -948,6 +982,7 @@ impl Events {
             ready: g(&c.ready),
             claimed: g(&c.claimed),
             kept: g(&c.kept),
+            poisoned: g(&c.poisoned),
             incomplete: g(&c.incomplete),
             acked_intervals: self.acked.read().intervals() as u64,
             late_fragments_total: g(&c.late),
