@@ -862,10 +862,26 @@ class T4Daq(unittest.TestCase):
         self.put_event(1)
         ev = self.hs.event_next(lease_ms=10000)
         self.hs.event_ack(ev.token)
-        # The claim is settled: the event was acknowledged (ACKED) and the claim is no longer
-        # held (CLAIMLOST); the protocol allows reading it either way, but never as success.
-        with self.assertRaises((AlreadyAckedError, ClaimLostError)):
+        # A retried ack (its reply lost) is told the event is done, not that it comes back.
+        with self.assertRaises(AlreadyAckedError):
             self.hs.event_ack(ev.token)
+
+    def test_batches_of_claims_and_acks(self):
+        for e in range(1, 6):
+            self.put_event(e, n=1)
+        first = self.hs.event_next_many(3, lease_ms=10000)
+        self.assertEqual([c.event for c in first], [1, 2, 3])
+        self.assertEqual(first[0].fragments[0].value, b"r%d e1 d0 " % self.run_no)
+        errors, rest = self.hs.event_ack_next([c.token for c in first], 10, lease_ms=10000)
+        self.assertEqual(errors, [None, None, None])
+        self.assertEqual([c.event for c in rest], [4, 5])
+        # A token acknowledged twice in one batch: the second is told it is done.
+        results = self.hs.event_ack_many([rest[0].token, rest[1].token, rest[0].token])
+        self.assertEqual(results[:2], [None, None])
+        self.assertIsInstance(results[2], AlreadyAckedError)
+        self.assertEqual(self.hs.event_next_many(5), [])
+        errors, none = self.hs.event_ack_next([], 5)
+        self.assertEqual((errors, none), ([], []))
 
     def test_event_range_states_fields_and_limit(self):
         self.put_event(2, n=3)  # ready
