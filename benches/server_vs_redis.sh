@@ -11,7 +11,12 @@
 #                      writes share a sync)
 # and runs the same redis-benchmark points against each, alternating servers within every
 # point (redis, memory, persisted, redis, ...), N repetitions (default 3), reporting the median:
-#   SET and GET  x  -d 100 and -d 10240  x  -P 1 and -P 32,  all with -c 8 -r 100000.
+#   SET and GET  x  -d 100 and -d 10240  x  -P 1 and -P 32,  all with -c 8 -r 100000,
+# and the write rows of a DAQ buffer: SET and FRAG.PUT x -d 100 and -d 10240 at -P 16 -c 8
+# -r 100000 (FRAG.PUT 1 <random event> 0 0 value on hotstore; Redis has no fragments, so its
+# row is the same bytes SET under a random key). Compare hotstore-memory with the default
+# Redis (appendfsync everysec) and hotstore-persisted with a run under
+# HOTSTORE_BENCH_REDIS_FSYNC=always (Redis syncing before each reply, as persisted does).
 # Before the points of a value size, each server is filled with that size (SET over the key
 # space, -n HOTSTORE_BENCH_FILL, default 300000, which hits ~95% of the 100000 keys) so that
 # GET finds values; the key count after the fill is printed. -n of each point is calibrated
@@ -185,15 +190,30 @@ start_hotstore() {
   PORTS+=("$port")
 }
 
-# ops/s of one redis-benchmark run (from its --csv output).
+# ops/s of one redis-benchmark run (from its --csv output). `frag.put` runs FRAG.PUT on
+# hotstore and the same bytes as a SET under a random key on Redis (port ${PORTS[0]}).
 bench() {
-  local port=$1 op=$2 size=$3 pipe=$4 n=$5 out rps
-  out=$(timeout 600 redis-benchmark -h 127.0.0.1 -p "$port" -t "$op" -d "$size" -P "$pipe" \
-    -c "$CLIENTS" -r "$KEYSPACE" -n "$n" --csv </dev/null 2>&1) || {
+  local port=$1 op=$2 size=$3 pipe=$4 n=$5 out rps what
+  what=(-t "$op" -d "$size")
+  if [[ $op == frag.put ]]; then
+    local value
+    value=$(head -c "$size" /dev/zero | tr '\0' x)
+    if [[ $port == "${PORTS[0]}" ]]; then
+      what=(SET "frag:__rand_int__" "$value")
+    else
+      what=(FRAG.PUT 1 __rand_int__ 0 0 "$value")
+    fi
+  fi
+  out=$(timeout 600 redis-benchmark -h 127.0.0.1 -p "$port" -P "$pipe" \
+    -c "$CLIENTS" -r "$KEYSPACE" -n "$n" --csv "${what[@]}" </dev/null 2>&1) || {
     echo "redis-benchmark failed against port $port: $out" >&2
     exit 1
   }
-  rps=$(awk -F'"' -v op="${op^^}" '$2 == op { print $4 }' <<<"$out")
+  if [[ $op == frag.put ]]; then
+    rps=$(awk -F'"' 'NR == 2 { print $4 }' <<<"$out")
+  else
+    rps=$(awk -F'"' -v op="${op^^}" '$2 == op { print $4 }' <<<"$out")
+  fi
   [[ $rps =~ ^[0-9]+(\.[0-9]+)?$ ]] || {
     echo "no $op rate in redis-benchmark's CSV output: $out" >&2
     exit 1
@@ -223,7 +243,7 @@ start_hotstore persisted
 echo "== $(redis-server --version | awk '{ print $1, $2, $3 }') on port ${PORTS[0]} (appendonly yes, appendfsync $REDIS_FSYNC, save \"\")"
 echo "== hotstore serve on ports ${PORTS[1]} (memory) and ${PORTS[2]} (persisted), preallocated buffer: $PREALLOC:"
 sed -n 's/^hotstore: tier /   tier /p' "$WORK/hotstore-persisted/serve.log"
-echo "== grid: SET/GET x -d 100/10240 x -P 1/32, -c $CLIENTS -r $KEYSPACE; median of $REPS; ~${SECONDS_PER_RUN}s per run; $(nproc) cores"
+echo "== grid: SET/GET x -d 100/10240 x -P 1/32, then SET/FRAG.PUT x -d 100/10240 at -P 16; -c $CLIENTS -r $KEYSPACE; median of $REPS; ~${SECONDS_PER_RUN}s per run; $(nproc) cores"
 
 ROWS=()
 for size in 100 10240; do
@@ -236,8 +256,9 @@ for size in 100 10240; do
     keys+=" ${NAMES[$i]}=$v"
   done
   echo "-- filled with $FILL SETs of $size bytes; keys:$keys"
-  for op in set get; do
-    for pipe in 1 32; do
+  for point_spec in "set 1" "set 32" "get 1" "get 32" "set 16" "frag.put 16"; do
+    read -r op pipe <<<"$point_spec"
+    {
       point="${op^^} -d $size -P $pipe"
       ns=()
       for i in 0 1 2; do
@@ -261,7 +282,7 @@ for size in 100 10240; do
       printf '   %-20s redis %10s  memory %10s (%sx)  persisted %10s (%sx)   [n=%s/%s/%s]\n' \
         "$point" "$(fmt_rate "$m0")" "$(fmt_rate "$m1")" "$(ratio "$m1" "$m0")" \
         "$(fmt_rate "$m2")" "$(ratio "$m2" "$m0")" "${ns[0]}" "${ns[1]}" "${ns[2]}"
-    done
+    }
   done
 done
 
