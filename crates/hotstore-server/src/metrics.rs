@@ -450,8 +450,9 @@ fn render_store(p: &mut Page, st: &Stats) {
 fn fs_room(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // Safety: statvfs reads the NUL-terminated path and writes into `s`, both owned here.
+    // Safety: statvfs is plain integers, for which all zeroes is a valid value.
     let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // Safety: statvfs reads the NUL-terminated path and writes into `s`, both owned here.
     if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
         return None;
     }
@@ -459,10 +460,12 @@ fn fs_room(path: &Path) -> Option<(u64, u64)> {
     Some((s.f_blocks as u64 * unit, s.f_bavail as u64 * unit))
 }
 
+/// A tier's label, its figures and, for a tier bounded by its file system (no --capacity),
+/// that file system's size and free space, read now.
+type TierRow<'a> = (String, &'a hotstore::TierStats, Option<(u64, u64)>);
+
 fn render_tiers(p: &mut Page, st: &Stats) {
-    // Per tier: its figures and, for a tier bounded by its file system (no --capacity), that
-    // file system's size and free space, read now.
-    let tiers: Vec<(String, &hotstore::TierStats, Option<(u64, u64)>)> = st
+    let tiers: Vec<TierRow> = st
         .tiers
         .iter()
         .enumerate()
