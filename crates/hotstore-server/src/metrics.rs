@@ -556,9 +556,10 @@ fn bool_str(b: bool) -> &'static str {
     }
 }
 
-/// Event families. Per consumer-group families (lag, ack rate) go at the end of this function
-/// once `Stats` carries groups: one `p.family(...)` and a `p.sample(&[("group", name)], v)` per
-/// group each.
+/// Event families. What the engine does not track yet goes at the end of this function once
+/// `Stats` carries it: per consumer group (lag, acks, poisoned events) one `p.family(...)` and
+/// a `p.sample(&[("group", name)], v)` per group each; the age of the oldest READY and oldest
+/// claimed event one `p.single(...)` each (gauges in seconds, left out when there is none).
 fn render_events(p: &mut Page, st: &Stats) {
     let e = &st.events;
     p.family(
