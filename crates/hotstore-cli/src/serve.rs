@@ -194,11 +194,14 @@ pub fn run(a: ServeArgs) -> CliResult<()> {
     let _ = writeln!(out, "hotstore: listening on {}", server.tcp_addr());
     let _ = out.flush();
     drop(out);
-    let stopped = server.run_until_stopped();
-    // The runtime and every connection are gone: back to the default SIGPIPE of a command-line
-    // tool (ignored while serving; see `main`), so this last line cannot panic on a closed pipe.
-    crate::util::sigpipe_default();
-    stopped.map_err(|e| CliError::Msg(e.to_string()))?;
-    println!("hotstore: stopped; every acknowledged write is stored");
+    server
+        .run_until_stopped()
+        .map_err(|e| CliError::Msg(e.to_string()))?;
+    // `serve | head -3`: the reader may be gone. SIGPIPE is still ignored (see `main`), so the
+    // write fails with EPIPE, which is ignored: a clean stop exits 0, never a panic or a signal.
+    let _ = writeln!(
+        std::io::stdout(),
+        "hotstore: stopped; every acknowledged write is stored"
+    );
     Ok(())
 }

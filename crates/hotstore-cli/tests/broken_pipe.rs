@@ -1,7 +1,7 @@
-//! Proves `hotstore record verify DIR | head -1` ends quietly when its reader goes away: no panic ("failed printing to stdout: Broken pipe", exit 101), but the default SIGPIPE death of `cat` or `grep`.
+//! Proves `hotstore record verify DIR | head -1` ends quietly when its reader goes away: no panic ("failed printing to stdout: Broken pipe", exit 101), but the default SIGPIPE death of `cat` or `grep`; and that `hotstore serve ... | head -3` stops cleanly (exit 0) though its last line has no reader.
 #![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -83,4 +83,41 @@ fn record_verify_into_a_pipe_closed_after_one_line_does_not_panic() {
         "{:?}: {stderr}",
         o.status
     );
+}
+
+#[test]
+fn serve_into_a_pipe_closed_early_stops_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    let sock = tmp.path().join("s.sock");
+    let (reader, writer) = std::io::pipe().unwrap();
+    // The Command (and its copy of the write end) is dropped at the end of this statement:
+    // once `reader` goes, every write to stdout fails with EPIPE.
+    let child = Command::new(BIN)
+        .args(["serve", "--port", "0", "--durability", "memory"])
+        .arg("--dir")
+        .arg(&dir)
+        .arg("--unixsocket")
+        .arg(&sock)
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(reader);
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap();
+    assert!(first.starts_with("hotstore: store "), "{first:?}");
+    drop(reader);
+
+    // The first line comes after every listener is bound: the socket answers now. SHUTDOWN
+    // stops the server, which then writes its last line to the closed pipe.
+    let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    c.write_all(b"*1\r\n$8\r\nSHUTDOWN\r\n").unwrap();
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(o.status.success(), "{:?}: {stderr}", o.status);
 }

@@ -37,6 +37,7 @@ where
         resp3: false,
         authenticated: shared.config.requirepass.is_none(),
         needs_sync: false,
+        unsynced: Vec::new(),
         claims: HashMap::new(),
     };
     shared.metrics.connections_total.inc();
@@ -285,6 +286,9 @@ fn execute(
     let resp3 = state.resp3;
     let before = out.len();
     let mut reply = Reply::new(out, resp3);
+    // Whether this command (not an earlier one of the batch) made a write that waits for
+    // the group commit.
+    let earlier_sync = std::mem::take(&mut state.needs_sync);
     let (idx, flow) = {
         let mut ctx = Ctx {
             shared,
@@ -297,8 +301,15 @@ fn execute(
         let text = std::str::from_utf8(&out[before + 1..]).unwrap_or("ERR");
         shared.metrics.error(crate::error::error_kind(text));
     }
+    let waits_sync = state.needs_sync;
+    state.needs_sync |= earlier_sync;
     if let Some(i) = idx {
-        shared.metrics.command(i, started.elapsed());
+        shared.metrics.called(i);
+        if waits_sync {
+            state.unsynced.push((i, started));
+        } else {
+            shared.metrics.took(i, started.elapsed());
+        }
         state.info.last_cmd.store(i, Ordering::Relaxed);
     }
     state.info.last_active_ms.store(
@@ -320,7 +331,13 @@ where
 {
     if state.needs_sync {
         state.needs_sync = false;
-        if let Err(why) = shared.sync.sync().await {
+        let waited = Instant::now();
+        let synced = shared.sync.sync().await;
+        shared.metrics.durability_waited(waited.elapsed());
+        for (i, started) in state.unsynced.drain(..) {
+            shared.metrics.took(i, started.elapsed());
+        }
+        if let Err(why) = synced {
             shared.metrics.error("io");
             log_line!(
                 "hotstore: sync failed ({why}); closing client {} without acknowledging",

@@ -1,40 +1,150 @@
-//! Metrics: counters and latency histograms kept on the hot path (one atomic add and one
-//! histogram observation per command, handles resolved at start), rendered in the Prometheus
-//! text format by `prometheus-client` and served over plain HTTP on `--metrics-port`.
+//! Metrics: counters and latency histograms kept on the hot path (atomic adds, no lock),
+//! rendered in the Prometheus text format 0.0.4 (`text`) and served over plain HTTP on
+//! `--metrics-port`. docs/protocol.md lists every family.
 //!
 //! Depends on no other module of the server: the command names, the figures read at a scrape
 //! and the page to serve are handed in by the caller.
 
+mod process;
+mod text;
+
 use hotstore::Stats;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use text::{Kind, Page};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CommandLabel {
-    command: String,
+/// A counter; clones share the count.
+#[derive(Clone, Default, Debug)]
+pub struct Counter(Arc<AtomicU64>);
+
+impl Counter {
+    /// Adds one.
+    pub fn inc(&self) {
+        self.inc_by(1);
+    }
+
+    /// Adds `n`.
+    pub fn inc_by(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The count.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabel {
-    kind: String,
+/// A histogram over integer observations (nanoseconds, or plain counts) with fixed bucket
+/// bounds: one binary search and two atomic adds per observation.
+pub struct Histogram {
+    /// Upper bounds (inclusive), in the observations' unit, ascending.
+    limits: &'static [u64],
+    /// Non-cumulative counts: one per bound, then the overflow (+Inf) bucket.
+    counts: Box<[AtomicU64]>,
+    /// Sum of the observations, in their unit.
+    sum: AtomicU64,
+    /// Observation units per exposed unit (1e9 for nanoseconds shown as seconds).
+    per_unit: f64,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StateLabel {
-    state: String,
+/// Duration buckets, in ns: 1 µs to 8.4 s, doubling (24 bounds), from a cached read to a
+/// stalled disk.
+const DURATION_NS: [u64; 24] = {
+    let mut b = [0u64; 24];
+    let mut i = 0;
+    while i < 24 {
+        b[i] = 1000 << i;
+        i += 1;
+    }
+    b
+};
+
+/// Batch-size buckets: 1 to 4096 requests, doubling.
+const BATCH: [u64; 13] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
+
+impl Histogram {
+    fn new(limits: &'static [u64], per_unit: f64) -> Histogram {
+        Histogram {
+            limits,
+            counts: (0..=limits.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum: AtomicU64::new(0),
+            per_unit,
+        }
+    }
+
+    /// A histogram of durations, exposed in seconds.
+    pub fn durations() -> Histogram {
+        Histogram::new(&DURATION_NS, 1e9)
+    }
+
+    /// A histogram of batch sizes.
+    pub fn sizes() -> Histogram {
+        Histogram::new(&BATCH, 1.0)
+    }
+
+    /// Records `v` (in the histogram's unit).
+    pub fn observe(&self, v: u64) {
+        let i = self.limits.partition_point(|&b| b < v);
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(v, Ordering::Relaxed);
+    }
+
+    /// Records a duration (for a histogram of durations).
+    pub fn observe_duration(&self, d: Duration) {
+        self.observe(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    fn len(&self) -> usize {
+        self.limits.len()
+    }
+
+    /// The bucket bounds in the exposed unit (a division: 1000 / 1e9 is exactly the f64 that
+    /// `1e-6` names, so the `le` labels read as written).
+    fn bounds(&self) -> impl Iterator<Item = f64> + '_ {
+        self.limits.iter().map(|&b| b as f64 / self.per_unit)
+    }
+
+    fn bucket(&self, i: usize) -> u64 {
+        self.counts[i].load(Ordering::Relaxed)
+    }
+
+    fn sum(&self) -> f64 {
+        self.sum.load(Ordering::Relaxed) as f64 / self.per_unit
+    }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct WaitLabel {
-    kind: String,
+/// What the group commit records; the sync thread holds a clone.
+#[derive(Clone)]
+pub struct GroupCommitMetrics {
+    /// Group commits done.
+    pub syncs: Counter,
+    /// Requests covered by group commits.
+    pub requests: Counter,
+    /// Time of each commit's sync.
+    duration: Arc<Histogram>,
+    /// Requests (connections' reply batches) each commit covered.
+    batch: Arc<Histogram>,
+}
+
+impl GroupCommitMetrics {
+    /// Records one group commit that took `took` and covered `requests` waiting requests.
+    pub fn commit(&self, took: Duration, requests: usize) {
+        self.syncs.inc();
+        self.requests.inc_by(requests as u64);
+        self.duration.observe_duration(took);
+        self.batch.observe(requests as u64);
+    }
+}
+
+/// One command's figures, made at its first use so that commands never used have no series.
+struct CommandStats {
+    calls: Counter,
+    latency: Histogram,
 }
 
 /// Error kinds counted (see `error::error_kind`).
@@ -52,170 +162,88 @@ const ERROR_KINDS: [&str; 9] = [
 
 /// The server's metrics.
 pub struct Metrics {
-    registry: Registry,
-    calls: Vec<Counter>,
-    latency: Vec<Histogram>,
-    errors: Vec<Counter>,
+    names: Vec<String>,
+    commands: Box<[OnceLock<CommandStats>]>,
+    errors: [Counter; ERROR_KINDS.len()],
     /// Bytes read from clients.
     pub bytes_in: Counter,
     /// Bytes written to clients.
     pub bytes_out: Counter,
     /// Connections accepted.
     pub connections_total: Counter,
-    /// Group commits done.
+    /// Group commits done (also in `group_commit`).
     pub syncs: Counter,
-    /// Requests covered by group commits.
+    /// Requests covered by group commits (also in `group_commit`).
     pub synced_requests: Counter,
-    connected: Gauge,
-    rejected: Gauge,
-    store_gauges: Vec<(&'static str, Gauge)>,
-    events: Family<StateLabel, Gauge>,
-    /// The engine's wait counters (`Stats::waits`), mirrored at each scrape.
-    waits: Family<WaitLabel, Counter>,
-    wait_ns: Family<WaitLabel, Counter>,
-    /// Bytes relocation moved (`Stats::relocation`), by kind: `cleaning` within a tier,
-    /// `offload` to the tier below.
-    relocated: Family<WaitLabel, Counter>,
-    /// Bytes written to the tiers per byte users wrote since open.
-    write_amplification: Gauge<f64, std::sync::atomic::AtomicU64>,
+    group_commit: GroupCommitMetrics,
+    /// Time a connection's replies waited for their group commit (queue and sync).
+    durability_wait: Histogram,
+}
+
+/// Figures read at a scrape from outside this module.
+pub struct Scrape<'a> {
+    /// The store's statistics, read now.
+    pub stats: &'a Stats,
+    /// Clients connected now.
+    pub connected: usize,
+    /// Connections refused since start (max clients).
+    pub rejected: u64,
+    /// The recorder's `RECORD.STATUS` counters, if the server runs beside one.
+    pub recorder: Option<Vec<(&'static str, i64)>>,
 }
 
 impl Metrics {
-    /// Registers every metric; `commands` are the command names in the order of the indexes
-    /// [`Metrics::command`] is given (the command table's).
+    /// Sets up the metrics; `commands` are the command names in the order of the indexes
+    /// [`Metrics::called`] is given (the command table's).
     pub fn new<'a>(commands: impl IntoIterator<Item = &'a str>) -> Self {
-        let commands: Vec<&str> = commands.into_iter().collect();
-        let mut registry = Registry::with_prefix("hotstore");
-        let calls_family = Family::<CommandLabel, Counter>::default();
-        let latency_family = Family::<CommandLabel, Histogram>::new_with_constructor(|| {
-            // 1 µs to ~8 s.
-            Histogram::new(exponential_buckets(1e-6, 2.0, 24))
-        });
-        let errors_family = Family::<KindLabel, Counter>::default();
-        let label = |n: &str| CommandLabel {
-            command: n.to_string(),
-        };
-        let calls = commands
-            .iter()
-            .map(|name| calls_family.get_or_create(&label(name)).clone())
-            .collect();
-        let latency = commands
-            .iter()
-            .map(|name| latency_family.get_or_create(&label(name)).clone())
-            .collect();
-        let errors = ERROR_KINDS
-            .iter()
-            .map(|k| {
-                errors_family
-                    .get_or_create(&KindLabel {
-                        kind: k.to_string(),
-                    })
-                    .clone()
-            })
-            .collect();
-        registry.register("commands", "Commands run, by command", calls_family);
-        registry.register(
-            "command_duration_seconds",
-            "Time to run a command in the server (excluding network and group-commit wait)",
-            latency_family,
-        );
-        registry.register("errors", "Error replies, by kind", errors_family);
-        let m = Metrics {
-            calls,
-            latency,
-            errors,
+        let names: Vec<String> = commands.into_iter().map(str::to_string).collect();
+        let syncs = Counter::default();
+        let synced_requests = Counter::default();
+        Metrics {
+            commands: names.iter().map(|_| OnceLock::new()).collect(),
+            names,
+            errors: Default::default(),
             bytes_in: Counter::default(),
             bytes_out: Counter::default(),
             connections_total: Counter::default(),
-            syncs: Counter::default(),
-            synced_requests: Counter::default(),
-            connected: Gauge::default(),
-            rejected: Gauge::default(),
-            store_gauges: [
-                "store_entries",
-                "store_live_bytes",
-                "store_dead_bytes",
-                "store_capacity_bytes",
-                "store_file_bytes",
-            ]
-            .into_iter()
-            .map(|n| (n, Gauge::default()))
-            .collect(),
-            events: Family::default(),
-            waits: Family::default(),
-            wait_ns: Family::default(),
-            relocated: Family::default(),
-            write_amplification: Gauge::default(),
-            registry,
-        };
-        let mut m = m;
-        let r = &mut m.registry;
-        r.register(
-            "net_input_bytes",
-            "Bytes read from clients",
-            m.bytes_in.clone(),
-        );
-        r.register(
-            "net_output_bytes",
-            "Bytes sent to clients",
-            m.bytes_out.clone(),
-        );
-        r.register(
-            "connections",
-            "Connections accepted",
-            m.connections_total.clone(),
-        );
-        r.register(
-            "group_syncs",
-            "Group commits (one sync each)",
-            m.syncs.clone(),
-        );
-        r.register(
-            "group_synced_requests",
-            "Requests made durable by group commits",
-            m.synced_requests.clone(),
-        );
-        r.register(
-            "connected_clients",
-            "Clients connected now",
-            m.connected.clone(),
-        );
-        r.register(
-            "rejected_connections",
-            "Connections refused (max clients)",
-            m.rejected.clone(),
-        );
-        for (name, g) in &m.store_gauges {
-            r.register(*name, "Store statistics (see STORE.STATS)", g.clone());
+            group_commit: GroupCommitMetrics {
+                syncs: syncs.clone(),
+                requests: synced_requests.clone(),
+                duration: Arc::new(Histogram::durations()),
+                batch: Arc::new(Histogram::sizes()),
+            },
+            syncs,
+            synced_requests,
+            durability_wait: Histogram::durations(),
         }
-        r.register("events", "Events by state", m.events.clone());
-        r.register(
-            "store_waits",
-            "Times writers waited, by kind (segment: no prepared file; full: store full; sync: group commit)",
-            m.waits.clone(),
-        );
-        r.register(
-            "store_wait_nanoseconds",
-            "Time writers waited, by kind",
-            m.wait_ns.clone(),
-        );
-        r.register(
-            "store_relocated_bytes",
-            "Bytes of live records moved, by kind (cleaning: within a tier, to free dead space; offload: to the tier below)",
-            m.relocated.clone(),
-        );
-        r.register(
-            "store_write_amplification",
-            "Bytes written to the tiers per byte written by users since the store opened",
-            m.write_amplification.clone(),
-        );
-        m
     }
 
-    /// Counts a command that took `took`.
-    pub fn command(&self, idx: usize, took: Duration) {
-        self.calls[idx].inc();
-        self.latency[idx].observe(took.as_secs_f64());
+    /// What the group-commit thread records into.
+    pub fn group_commit(&self) -> GroupCommitMetrics {
+        self.group_commit.clone()
+    }
+
+    fn command_stats(&self, idx: usize) -> &CommandStats {
+        self.commands[idx].get_or_init(|| CommandStats {
+            calls: Counter::default(),
+            latency: Histogram::durations(),
+        })
+    }
+
+    /// Counts a call of command `idx` (its latency comes with [`Metrics::took`]).
+    pub fn called(&self, idx: usize) {
+        self.command_stats(idx).calls.inc();
+    }
+
+    /// Records that command `idx` took `took` until its reply could be sent (durability
+    /// included).
+    pub fn took(&self, idx: usize, took: Duration) {
+        self.command_stats(idx).latency.observe_duration(took);
+    }
+
+    /// Records how long a connection's replies waited for their group commit.
+    pub fn durability_waited(&self, took: Duration) {
+        self.durability_wait.observe_duration(took);
     }
 
     /// Counts an error reply of `kind`.
@@ -226,7 +254,11 @@ impl Metrics {
 
     /// Commands run since start.
     pub fn commands_total(&self) -> u64 {
-        self.calls.iter().map(Counter::get).sum()
+        self.commands
+            .iter()
+            .filter_map(OnceLock::get)
+            .map(|c| c.calls.get())
+            .sum()
     }
 
     /// Error replies since start.
@@ -234,55 +266,388 @@ impl Metrics {
         self.errors.iter().map(Counter::get).sum()
     }
 
-    /// The Prometheus text exposition of every metric, with the store gauges set from `st` (the
-    /// store's statistics read now) and the client gauges from `connected` clients and
-    /// `rejected` connections.
-    pub fn render(&self, st: &Stats, connected: usize, rejected: u64) -> String {
-        let values = [
-            st.entries,
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self, s: &Scrape) -> String {
+        let mut p = Page::default();
+        p.family(
+            "hotstore_build_info",
+            Kind::Gauge,
+            "Always 1; the server's version is a label",
+        );
+        p.sample(&[("version", env!("CARGO_PKG_VERSION"))], 1u64);
+        self.render_server(&mut p, s);
+        render_store(&mut p, s.stats);
+        render_tiers(&mut p, s.stats);
+        render_events(&mut p, s.stats);
+        if let Some(r) = &s.recorder {
+            render_recorder(&mut p, r);
+        }
+        process::render(&mut p);
+        p.finish()
+    }
+
+    fn render_server(&self, p: &mut Page, s: &Scrape) {
+        let used: Vec<(&str, &CommandStats)> = self
+            .names
+            .iter()
+            .zip(self.commands.iter())
+            .filter_map(|(n, c)| Some((n.as_str(), c.get()?)))
+            .collect();
+        p.family(
+            "hotstore_commands_total",
+            Kind::Counter,
+            "Commands run, by command (a command appears once used)",
+        );
+        for (name, c) in &used {
+            p.sample(&[("command", name)], c.calls.get());
+        }
+        p.family(
+            "hotstore_command_duration_seconds",
+            Kind::Histogram,
+            "Time from the start of a command until its reply may be sent: a write's \
+             group-commit wait included, network time excluded",
+        );
+        for (name, c) in &used {
+            p.histogram(&[("command", name)], &c.latency);
+        }
+        p.family(
+            "hotstore_errors_total",
+            Kind::Counter,
+            "Error replies, by kind",
+        );
+        for (kind, c) in ERROR_KINDS.iter().zip(&self.errors) {
+            p.sample(&[("kind", kind)], c.get());
+        }
+        p.single(
+            "hotstore_net_input_bytes_total",
+            Kind::Counter,
+            "Bytes read from clients",
+            self.bytes_in.get(),
+        );
+        p.single(
+            "hotstore_net_output_bytes_total",
+            Kind::Counter,
+            "Bytes sent to clients",
+            self.bytes_out.get(),
+        );
+        p.single(
+            "hotstore_connected_clients",
+            Kind::Gauge,
+            "Clients connected now",
+            s.connected,
+        );
+        p.single(
+            "hotstore_connections_total",
+            Kind::Counter,
+            "Connections accepted",
+            self.connections_total.get(),
+        );
+        p.single(
+            "hotstore_rejected_connections_total",
+            Kind::Counter,
+            "Connections refused because max-clients were connected",
+            s.rejected,
+        );
+        p.family(
+            "hotstore_group_commit_duration_seconds",
+            Kind::Histogram,
+            "Time of each group commit's sync (one sync covers every write waiting)",
+        );
+        p.histogram(&[], &self.group_commit.duration);
+        p.family(
+            "hotstore_group_commit_batch_size",
+            Kind::Histogram,
+            "Requests (a connection's batch of replies each) covered by one group commit",
+        );
+        p.histogram(&[], &self.group_commit.batch);
+        p.family(
+            "hotstore_durability_wait_seconds",
+            Kind::Histogram,
+            "Time a connection's replies to Persisted writes waited for their group commit \
+             (queueing and sync)",
+        );
+        p.histogram(&[], &self.durability_wait);
+    }
+}
+
+fn render_store(p: &mut Page, st: &Stats) {
+    p.single(
+        "hotstore_store_healthy",
+        Kind::Gauge,
+        "1 while the store accepts writes; 0 once an I/O error made it read-only (writes get \
+         -IOERR; see the server's log)",
+        st.poisoned.is_none(),
+    );
+    for (name, help, v) in [
+        ("hotstore_store_entries", "Live keys", st.entries),
+        (
+            "hotstore_store_live_bytes",
+            "Bytes of live records (headers and keys included), all tiers",
             st.live_bytes,
+        ),
+        (
+            "hotstore_store_dead_bytes",
+            "Bytes of dead records not yet reclaimed, all tiers",
             st.dead_bytes,
-            st.capacity_bytes,
+        ),
+        (
+            "hotstore_store_file_bytes",
+            "Bytes of segment files held, all tiers",
             st.file_bytes,
-        ];
-        for ((_, g), v) in self.store_gauges.iter().zip(values) {
-            g.set(v as i64);
+        ),
+    ] {
+        p.single(name, Kind::Gauge, help, v);
+    }
+    p.single(
+        "hotstore_store_written_bytes_total",
+        Kind::Counter,
+        "Bytes of records written by clients (puts, removals, event records)",
+        st.written_bytes,
+    );
+    let w = &st.waits;
+    let waits = [("segment", w.segment), ("full", w.full), ("sync", w.sync)];
+    p.family(
+        "hotstore_store_waits_total",
+        Kind::Counter,
+        "Times writers waited in the engine, by kind (segment: no prepared file; full: store \
+         full; sync: an embedded Persisted write's sync)",
+    );
+    for (kind, wait) in waits {
+        p.sample(&[("kind", kind)], wait.count);
+    }
+    p.family(
+        "hotstore_store_wait_seconds_total",
+        Kind::Counter,
+        "Time writers waited in the engine, by kind",
+    );
+    for (kind, wait) in waits {
+        p.sample(&[("kind", kind)], wait.total_ns as f64 / 1e9);
+    }
+    let r = &st.relocation;
+    p.family(
+        "hotstore_store_relocated_bytes_total",
+        Kind::Counter,
+        "Bytes of live records moved, by kind (cleaning: within a tier, to free dead space; \
+         offload: to the tier below)",
+    );
+    p.sample(&[("kind", "cleaning")], r.bytes);
+    p.sample(&[("kind", "offload")], r.offloaded_bytes);
+    p.single(
+        "hotstore_store_relocation_errors_total",
+        Kind::Counter,
+        "Background moves that failed or could not start (records stay where they were)",
+        r.errors,
+    );
+    p.single(
+        "hotstore_store_write_amplification",
+        Kind::Gauge,
+        "Bytes written to the tiers per byte written by clients since the store opened",
+        st.write_amplification(),
+    );
+}
+
+/// The room of the file system holding `path`: (total, available to us) bytes.
+fn fs_room(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // Safety: statvfs is plain integers, for which all zeroes is a valid value.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // Safety: statvfs reads the NUL-terminated path and writes into `s`, both owned here.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    let unit = s.f_frsize as u64;
+    Some((s.f_blocks as u64 * unit, s.f_bavail as u64 * unit))
+}
+
+/// A tier's label, its figures and, for a tier bounded by its file system (no --capacity),
+/// that file system's size and free space, read now.
+type TierRow<'a> = (String, &'a hotstore::TierStats, Option<(u64, u64)>);
+
+fn render_tiers(p: &mut Page, st: &Stats) {
+    let tiers: Vec<TierRow> = st
+        .tiers
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let room = if t.capacity_bytes == 0 {
+                fs_room(&t.path)
+            } else {
+                None
+            };
+            (i.to_string(), t, room)
+        })
+        .collect();
+    p.family(
+        "hotstore_tier_info",
+        Kind::Gauge,
+        "Always 1; a tier's directory, persistence domain, whether Persisted writes survive \
+         a power cut, and whether --capacity bounds it (else its file system does)",
+    );
+    for (i, t, _) in &tiers {
+        p.sample(
+            &[
+                ("tier", i),
+                ("path", &t.path.display().to_string()),
+                ("domain", t.domain.as_str()),
+                ("survives_power_cut", bool_str(t.survives_power_cut)),
+                ("bounded", bool_str(t.capacity_bytes > 0)),
+            ],
+            1u64,
+        );
+    }
+    p.family(
+        "hotstore_tier_capacity_bytes",
+        Kind::Gauge,
+        "The tier's --capacity or, without one, the size of its file system",
+    );
+    for (i, t, room) in &tiers {
+        match (t.capacity_bytes, room) {
+            (0, Some((total, _))) => p.sample(&[("tier", i)], *total),
+            (0, None) => {} // unknown: left out rather than 0
+            (c, _) => p.sample(&[("tier", i)], c),
         }
-        let e = &st.events;
-        for (state, n) in [
-            ("open", e.open),
-            ("ready", e.ready),
-            ("claimed", e.claimed),
-            ("kept", e.kept),
-        ] {
-            self.events
-                .get_or_create(&StateLabel {
-                    state: state.into(),
-                })
-                .set(n as i64);
+    }
+    p.family(
+        "hotstore_tier_free_bytes",
+        Kind::Gauge,
+        "Bytes that can still take records: capacity less live and dead records or, without \
+         a capacity, the file system's available bytes plus segment-file bytes holding no record",
+    );
+    for (i, t, room) in &tiers {
+        let used = t.live_bytes + t.dead_bytes;
+        match (t.capacity_bytes, room) {
+            (0, Some((_, avail))) => {
+                p.sample(&[("tier", i)], avail + t.file_bytes.saturating_sub(used))
+            }
+            (0, None) => {}
+            (c, _) => p.sample(&[("tier", i)], c.saturating_sub(used)),
         }
-        let w = &st.waits;
-        for (kind, wait) in [("segment", w.segment), ("full", w.full), ("sync", w.sync)] {
-            let label = WaitLabel { kind: kind.into() };
-            // Counters only go up: add what the engine counted since the last scrape.
-            let count = self.waits.get_or_create(&label);
-            count.inc_by(wait.count.saturating_sub(count.get()));
-            let ns = self.wait_ns.get_or_create(&label);
-            ns.inc_by(wait.total_ns.saturating_sub(ns.get()));
+    }
+    for (name, help, get) in [
+        (
+            "hotstore_tier_live_bytes",
+            "Bytes of live records in the tier",
+            (|t| t.live_bytes) as fn(&hotstore::TierStats) -> u64,
+        ),
+        (
+            "hotstore_tier_dead_bytes",
+            "Bytes of dead records in the tier not yet reclaimed",
+            |t| t.dead_bytes,
+        ),
+        (
+            "hotstore_tier_file_bytes",
+            "Bytes of segment files the tier holds (in use, free and ready)",
+            |t| t.file_bytes,
+        ),
+    ] {
+        p.family(name, Kind::Gauge, help);
+        for (i, t, _) in &tiers {
+            p.sample(&[("tier", i)], get(t));
         }
-        let r = &st.relocation;
-        for (kind, bytes) in [("cleaning", r.bytes), ("offload", r.offloaded_bytes)] {
-            let c = self
-                .relocated
-                .get_or_create(&WaitLabel { kind: kind.into() });
-            c.inc_by(bytes.saturating_sub(c.get()));
-        }
-        self.write_amplification.set(st.write_amplification());
-        self.connected.set(connected as i64);
-        self.rejected.set(rejected as i64);
-        let mut text = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
-        text
+    }
+}
+
+fn bool_str(b: bool) -> &'static str {
+    if b {
+        "true"
+    } else {
+        "false"
+    }
+}
+
+/// Event families. What the engine does not track yet goes at the end of this function once
+/// `Stats` carries it: per consumer group (lag, acks, poisoned events) one `p.family(...)` and
+/// a `p.sample(&[("group", name)], v)` per group each; the age of the oldest READY and oldest
+/// claimed event one `p.single(...)` each (gauges in seconds, left out when there is none).
+fn render_events(p: &mut Page, st: &Stats) {
+    let e = &st.events;
+    p.family(
+        "hotstore_events",
+        Kind::Gauge,
+        "Events by state now (open: fragments arriving; ready: waiting for a consumer; \
+         claimed: leased; kept: acknowledged KEEP)",
+    );
+    for (state, n) in [
+        ("open", e.open),
+        ("ready", e.ready),
+        ("claimed", e.claimed),
+        ("kept", e.kept),
+    ] {
+        p.sample(&[("state", state)], n);
+    }
+    p.single(
+        "hotstore_events_incomplete",
+        Kind::Gauge,
+        "READY or CLAIMED events flagged incomplete (timed out or sealed with fragments missing)",
+        e.incomplete,
+    );
+    p.family(
+        "hotstore_events_acked_total",
+        Kind::Counter,
+        "Events acknowledged, by action",
+    );
+    p.sample(&[("action", "remove")], e.removed_total);
+    p.sample(&[("action", "keep")], e.kept_total);
+    for (name, help, v) in [
+        (
+            "hotstore_late_fragments_total",
+            "Fragments refused (-LATE) because their event was already acknowledged",
+            e.late_fragments_total,
+        ),
+        (
+            "hotstore_leases_expired_total",
+            "Claims that went back to READY because their lease expired",
+            e.leases_expired_total,
+        ),
+        (
+            "hotstore_claims_released_total",
+            "Claims given back (EVENT.RELEASE, or their connection closed) before their lease ended",
+            e.released_total,
+        ),
+        (
+            "hotstore_events_timed_out_total",
+            "Events that became READY by the incomplete timeout",
+            e.timed_out_total,
+        ),
+    ] {
+        p.single(name, Kind::Counter, help, v);
+    }
+}
+
+/// The recorder's figures (a server run by `hotstore record --serve-port`).
+fn render_recorder(p: &mut Page, status: &[(&'static str, i64)]) {
+    for (key, v) in status {
+        let v = u64::try_from(*v).unwrap_or(0);
+        let (name, kind, help) = match *key {
+            "frames_in" => (
+                "hotstore_recorder_frames_total",
+                Kind::Counter,
+                "Frames the recorder received",
+            ),
+            "bytes_in" => (
+                "hotstore_recorder_input_bytes_total",
+                Kind::Counter,
+                "Bytes the recorder received",
+            ),
+            "bytes_stored" => (
+                "hotstore_recorder_stored_bytes_total",
+                Kind::Counter,
+                "Bytes the recorder wrote to the store",
+            ),
+            "frames_dropped" => (
+                "hotstore_recorder_dropped_frames_total",
+                Kind::Counter,
+                "Frames dropped because the backlog reached its bound",
+            ),
+            "backlog_bytes" => (
+                "hotstore_recorder_backlog_bytes",
+                Kind::Gauge,
+                "Bytes received and not yet written (held in DRAM)",
+            ),
+            _ => continue,
+        };
+        p.single(name, kind, help, v);
     }
 }
 

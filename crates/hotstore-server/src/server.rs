@@ -112,12 +112,8 @@ pub fn spawn_on(
     let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
 
     let metrics = Metrics::new(commands::COMMANDS.iter().map(|c| c.name));
-    let sync = GroupSync::start(
-        store.clone(),
-        metrics.syncs.clone(),
-        metrics.synced_requests.clone(),
-    )
-    .map_err(io_err("cannot start the sync thread".into()))?;
+    let sync = GroupSync::start(store.clone(), metrics.group_commit())
+        .map_err(io_err("cannot start the sync thread".into()))?;
     let budget_units = (config.max_buffer_memory / BUDGET_UNIT).min(Semaphore::MAX_PERMITS);
     let limits = Limits {
         max_bulk: config.max_bulk_len,

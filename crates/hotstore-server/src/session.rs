@@ -17,6 +17,9 @@ pub struct ConnState {
     pub authenticated: bool,
     /// A `Persisted` write was made since the last sync.
     pub needs_sync: bool,
+    /// Commands whose reply waits for that sync, with their start: their latency is taken
+    /// once it is done, so that it includes the durability wait.
+    pub unsynced: Vec<(usize, Instant)>,
     /// Claims taken by this connection and not yet settled, by token text, with the end of
     /// their lease (an expired one is dropped from the map when the next claim is taken).
     pub claims: HashMap<String, (ClaimToken, Instant)>,

@@ -67,11 +67,12 @@ impl Shared {
     /// The metrics page (Prometheus text), with the store's and the clients' figures read now.
     pub fn metrics_page(&self) -> String {
         let stats = self.store.stats();
-        self.metrics.render(
-            &stats,
-            self.clients.connected.load(Ordering::Relaxed),
-            self.clients.rejected.load(Ordering::Relaxed),
-        )
+        self.metrics.render(&crate::metrics::Scrape {
+            stats: &stats,
+            connected: self.clients.connected.load(Ordering::Relaxed),
+            rejected: self.clients.rejected.load(Ordering::Relaxed),
+            recorder: self.recorder.as_ref().map(|r| r.status()),
+        })
     }
 }
 

@@ -6,11 +6,12 @@
 //! before the flush starts is durable when it returns). A pipelined batch of N writes costs one
 //! sync, and C connections waiting together share one.
 
+use crate::metrics::GroupCommitMetrics;
 use hotstore::Store;
-use prometheus_client::metrics::counter::Counter;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 use tokio::sync::oneshot;
 
 type Waiter = oneshot::Sender<Result<(), String>>;
@@ -22,12 +23,8 @@ pub struct GroupSync {
 }
 
 impl GroupSync {
-    /// Starts the sync thread for `store`, counting syncs and the requests they cover.
-    pub fn start(
-        store: Arc<Store>,
-        syncs: Counter,
-        requests: Counter,
-    ) -> std::io::Result<GroupSync> {
+    /// Starts the sync thread for `store`, recording each commit's time and batch size.
+    pub fn start(store: Arc<Store>, metrics: GroupCommitMetrics) -> std::io::Result<GroupSync> {
         let (tx, rx) = mpsc::channel::<Waiter>();
         let thread = std::thread::Builder::new()
             .name("hotstore-sync".into())
@@ -35,9 +32,9 @@ impl GroupSync {
                 while let Ok(first) = rx.recv() {
                     let mut batch = vec![first];
                     batch.extend(rx.try_iter());
+                    let started = Instant::now();
                     let result = store.flush().map_err(|e| e.to_string());
-                    syncs.inc();
-                    requests.inc_by(batch.len() as u64);
+                    metrics.commit(started.elapsed(), batch.len());
                     for w in batch {
                         let _ = w.send(result.clone());
                     }

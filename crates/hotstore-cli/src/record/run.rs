@@ -1,6 +1,15 @@
 //! A recording run: open the store, measure the device, start the recorder and its source,
 //! fire the triggers, report progress, and print the summary (text or JSON) and the plot.
 
+/// A line on stderr that cannot panic: while `--serve-port` serves, SIGPIPE is ignored (see
+/// `main`), so `eprintln!` would panic once stderr's reader went away; the recording goes on.
+macro_rules! log {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 use super::RunArgs;
 use crate::util::{fail, CliError, CliResult};
 use hotstore::{Store, TierSpec};
@@ -49,7 +58,7 @@ impl hotstore_server::RecordControl for Control {
             None => self.0.trigger(),
         }
         .map_err(|e| e.to_string())?;
-        eprintln!(
+        log!(
             "RECORD.TRIGGER: recording {} {}",
             t.recording_id,
             if t.extended { "extended" } else { "started" }
@@ -127,7 +136,7 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
 
     std::fs::create_dir_all(&dir).map_err(|e| err(format!("create {}: {e}", dir.display())))?;
     let limit = (!a.no_limit).then(|| {
-        eprintln!(
+        log!(
             "measuring the device's sequential write bandwidth under {} ...",
             dir.display()
         );
@@ -146,7 +155,7 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
     }
     let store = Arc::new(builder.open()?);
     for t in store.stats().tiers.iter().filter(|t| !t.survives_power_cut) {
-        eprintln!(
+        log!(
             "hotstore record: note: tier {} is {} (memory-backed): recordings there do not survive a power cut",
             t.path.display(),
             t.domain
@@ -160,7 +169,7 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
     cfg.slice = Duration::from_secs_f64(a.slice);
     cfg.writers = a.writers as usize;
     cfg.durability = a.durability.into();
-    eprintln!(
+    log!(
         "allocating {} of rings ({} links x {}) ...",
         human_bytes(bound as f64),
         a.links,
@@ -176,7 +185,7 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
                 Arc::new(Control(recorder.handle()));
             let s = hotstore_server::spawn_on(sc, store.clone(), Some(control))
                 .map_err(|e| err(format!("cannot serve: {e}")))?;
-            eprintln!(
+            log!(
                 "hotstore record: serving on {} (RECORD.TRIGGER, RECORD.STATUS)",
                 s.tcp_addr()
             );
@@ -196,7 +205,7 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
             None => None,
         };
         if let Some(addrs) = &udp {
-            eprintln!(
+            log!(
                 "receiving on {}",
                 addrs
                     .iter()
@@ -250,7 +259,7 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
         let elapsed = t0.elapsed().as_secs_f64();
         while next_trigger < triggers.len() && elapsed >= triggers[next_trigger] {
             let t = handle.trigger().map_err(err)?;
-            eprintln!(
+            log!(
                 "trigger at {elapsed:.2} s: recording {} {}",
                 t.recording_id,
                 if t.extended { "extended" } else { "started" }
@@ -259,28 +268,28 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
         }
         if USR1.swap(false, Ordering::SeqCst) {
             let t = handle.trigger().map_err(err)?;
-            eprintln!(
+            log!(
                 "SIGUSR1 trigger at {elapsed:.2} s: recording {} {}",
                 t.recording_id,
                 if t.extended { "extended" } else { "started" }
             );
         }
         if let Some(f) = handle.failure() {
-            eprintln!("hotstore record: the recorder failed: {f}");
+            log!("hotstore record: the recorder failed: {f}");
             break;
         }
         if last_progress.elapsed() >= Duration::from_secs(1) {
             let s = handle.sample_now();
             let dt = (s.t_secs - last_sample.t_secs).max(1e-9);
             if s.frames_dropped > warned_drops {
-                eprintln!(
+                log!(
                     "hotstore record: WARNING: DROPPING FRAMES: the DRAM bound is reached; {} frames dropped so far (per link: {:?})",
                     s.frames_dropped,
                     handle.dropped_per_link()
                 );
                 warned_drops = s.frames_dropped;
             }
-            eprintln!(
+            log!(
                 "{:6.1} s  in {}/s  out {}/s  backlog {}  dropped {}  recordings {}",
                 elapsed,
                 human_bytes((s.bytes_in - last_sample.bytes_in) as f64 / dt),
