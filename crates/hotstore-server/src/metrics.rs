@@ -566,13 +566,14 @@ fn render_events(p: &mut Page, st: &Stats) {
         "hotstore_events",
         Kind::Gauge,
         "Events by state now (open: fragments arriving; ready: waiting for a consumer; \
-         claimed: leased; kept: acknowledged KEEP)",
+         claimed: leased; kept: acknowledged KEEP; poisoned: parked after --max-deliveries)",
     );
     for (state, n) in [
         ("open", e.open),
         ("ready", e.ready),
         ("claimed", e.claimed),
         ("kept", e.kept),
+        ("poisoned", e.poisoned),
     ] {
         p.sample(&[("state", state)], n);
     }
