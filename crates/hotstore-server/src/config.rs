@@ -58,6 +58,9 @@ pub struct ServerConfig {
     /// Event policy to set at start: milliseconds after which an OPEN event becomes READY
     /// flagged incomplete (0: never). None keeps the stored policy.
     pub incomplete_timeout_ms: Option<u64>,
+    /// Refuse FLUSHALL and FLUSHDB (for production buffers: one stray command would remove
+    /// every event not yet consumed).
+    pub disable_flush: bool,
 }
 
 fn de_durability<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Durability, D::Error> {
@@ -87,6 +90,7 @@ impl Default for ServerConfig {
             offload_to: None,
             expected_fragments: None,
             incomplete_timeout_ms: None,
+            disable_flush: false,
         }
     }
 }

@@ -3,19 +3,23 @@
 //!
 //! Back-pressure: a connection reads only when it has no complete request left, so at most
 //! one read buffer of requests waits per client; replies are sent before more is read. A
-//! request larger than the 64 KiB base buffer takes room from the server-wide buffer budget
-//! first, waiting (not reading) while other clients hold it.
+//! request larger than the 64 KiB base buffer (or with more than [`FREE_ARGS`] arguments)
+//! takes room from the server-wide buffer budget first, waiting (not reading) while other
+//! clients hold it. What is charged is what is allocated: the read buffer's capacity and the
+//! argument vector's (16 bytes per argument, more than the 7 bytes a one-byte argument takes
+//! on the wire).
 //!
 //! Durability: writes go to the store with `Durability::Memory`; if any of them asked for
 //! `Persisted`, the group commit runs before the replies leave. If that sync fails, the
 //! connection is closed without sending them: nothing unsynced is ever acknowledged.
 
 use crate::commands::{self, Args, Ctx, Flow, WaitEvent};
-use crate::resp::{parse_request, Parsed, Reply};
+use crate::resp::{parse_request, Parsed, Reply, FREE_ARGS};
 use crate::session::ConnState;
 use crate::shared::{ClientInfo, Shared, BASE_BUFFER, BUDGET_UNIT};
 use bytes::{Buf, BytesMut};
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -65,7 +69,7 @@ where
 {
     let mut inbuf = BytesMut::with_capacity(BASE_BUFFER);
     let mut out: Vec<u8> = Vec::with_capacity(BASE_BUFFER);
-    let mut ranges = Vec::new();
+    let mut ranges: Vec<Range<usize>> = Vec::new();
     let mut charge = Charge::default();
     let mut shutdown = shared.shutdown.subscribe();
     let idle = shared.config.idle_timeout();
@@ -75,8 +79,11 @@ where
     loop {
         // Run every complete request in the buffer.
         loop {
-            let parsed = parse_request(&inbuf, &shared.limits, &mut ranges, resume);
-            resume = matches!(parsed, Ok(Parsed::Incomplete { .. }));
+            let parsed = parse_request(&mut inbuf, &shared.limits, &mut ranges, resume);
+            resume = matches!(
+                parsed,
+                Ok(Parsed::Incomplete { .. } | Parsed::NeedArgs { .. })
+            );
             match parsed {
                 Ok(Parsed::Request { consumed }) => {
                     let flow = if ranges.is_empty() {
@@ -107,11 +114,36 @@ where
                         send(shared, state, stream, &mut out).await?;
                     }
                 }
+                Ok(Parsed::NeedArgs { count }) => {
+                    // Room for more argument ranges, charged before it is allocated; grown
+                    // geometrically so a request is re-parsed from where it stopped only
+                    // O(log n) times.
+                    send(shared, state, stream, &mut out).await?;
+                    let want = count.min(ranges.capacity().max(FREE_ARGS).saturating_mul(2));
+                    let bytes = extra_bytes(inbuf.capacity(), want);
+                    match charge_for(shared, &mut charge, bytes, &mut shutdown).await {
+                        Ok(()) => ranges.reserve_exact(want - ranges.len()),
+                        Err(Grow::Stopping) => return Ok(End::Closed),
+                        Err(Grow::TooLarge) => {
+                            return refuse_too_large(shared, state, stream, &mut out).await
+                        }
+                    }
+                    publish_memory(state, &inbuf, &ranges);
+                }
                 Ok(Parsed::Incomplete { need }) => {
                     if need > inbuf.capacity() {
                         // Reply to what ran before waiting for buffer room.
                         send(shared, state, stream, &mut out).await?;
-                        match grow(shared, &mut charge, &mut inbuf, need, &mut shutdown).await {
+                        match grow(
+                            shared,
+                            &mut charge,
+                            &mut inbuf,
+                            ranges.capacity(),
+                            need,
+                            &mut shutdown,
+                        )
+                        .await
+                        {
                             Ok(()) => {}
                             Err(Grow::Stopping) => return Ok(End::Closed),
                             Err(Grow::TooLarge) => {
@@ -123,7 +155,7 @@ where
                 }
                 Err(e) => {
                     shared.metrics.error("protocol");
-                    Reply::new(&mut out, state.resp3).error(&format!("ERR {e}"));
+                    Reply::new(&mut out, state.resp3).error_bytes(&e.reply_text());
                     send(shared, state, stream, &mut out).await?;
                     return Ok(End::Refused);
                 }
@@ -133,13 +165,24 @@ where
         // A large request is done: give its memory back.
         if inbuf.is_empty() && charge.units > 0 {
             inbuf = BytesMut::with_capacity(BASE_BUFFER);
+            ranges = Vec::new();
             charge = Charge::default();
         }
         if inbuf.capacity() - inbuf.len() < 4096 {
             // A request of unknown size (many small arguments) grows the buffer, charged to
-            // the budget beyond the base like a large value.
-            let want = inbuf.len() + BASE_BUFFER / 2;
-            match grow(shared, &mut charge, &mut inbuf, want, &mut shutdown).await {
+            // the budget beyond the base like a large value; by half its size, so that the
+            // copies stay linear in the request's size.
+            let want = inbuf.len() + (BASE_BUFFER / 2).max(inbuf.len() / 2);
+            match grow(
+                shared,
+                &mut charge,
+                &mut inbuf,
+                ranges.capacity(),
+                want,
+                &mut shutdown,
+            )
+            .await
+            {
                 Ok(()) => {}
                 Err(Grow::Stopping) => return Ok(End::Closed),
                 Err(Grow::TooLarge) => {
@@ -162,6 +205,7 @@ where
                     return Ok(End::Closed);
                 }
                 shared.metrics.bytes_in.inc_by(n as u64);
+                publish_memory(state, &inbuf, &ranges);
             }
             _ = shutdown.wait_for(|stop| *stop) => return Ok(End::Closed),
         }
@@ -182,13 +226,68 @@ enum Grow {
     Stopping,
 }
 
+/// Bytes a connection holds beyond what every connection has without asking the budget: read
+/// buffer capacity past [`BASE_BUFFER`], argument ranges past [`FREE_ARGS`].
+fn extra_bytes(buffer_capacity: usize, ranges_capacity: usize) -> usize {
+    buffer_capacity.saturating_sub(BASE_BUFFER)
+        + ranges_capacity.saturating_sub(FREE_ARGS) * std::mem::size_of::<Range<usize>>()
+}
+
+/// Makes the connection's charge cover `bytes` beyond the base, waiting (reading nothing)
+/// while other clients hold the budget.
+async fn charge_for(
+    shared: &Shared,
+    charge: &mut Charge,
+    bytes: usize,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<(), Grow> {
+    let units = bytes.div_ceil(BUDGET_UNIT);
+    if units > shared.buffer_budget_units {
+        return Err(Grow::TooLarge);
+    }
+    if units > charge.units {
+        let extra = u32::try_from(units - charge.units).map_err(|_| Grow::TooLarge)?;
+        let waiting = WaitingGuard::new(shared);
+        let more = tokio::select! {
+            p = shared.buffer_budget.clone().acquire_many_owned(extra) => {
+                p.map_err(|_| Grow::Stopping)?
+            }
+            _ = shutdown.wait_for(|stop| *stop) => return Err(Grow::Stopping),
+        };
+        drop(waiting);
+        match &mut charge.permit {
+            Some(p) => p.merge(more),
+            None => charge.permit = Some(more),
+        }
+        charge.units = units;
+    }
+    Ok(())
+}
+
+/// Counts a connection waiting for the budget (INFO `hotstore_clients_waiting_for_buffer`).
+struct WaitingGuard<'a>(&'a Shared);
+
+impl<'a> WaitingGuard<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        shared.buffer_waiters.fetch_add(1, Ordering::Relaxed);
+        WaitingGuard(shared)
+    }
+}
+
+impl Drop for WaitingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.buffer_waiters.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Makes `inbuf` hold at least `total` bytes. Room beyond [`BASE_BUFFER`] is charged to the
-/// server-wide budget first, waiting (reading nothing) while other clients hold it; the
-/// buffer is then allocated at exactly that size, so the charge is what is allocated.
+/// server-wide budget first (with the argument ranges already held); the buffer is then
+/// allocated at exactly that size, so the charge is what is allocated.
 async fn grow(
     shared: &Shared,
     charge: &mut Charge,
     inbuf: &mut BytesMut,
+    ranges_capacity: usize,
     total: usize,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), Grow> {
@@ -196,30 +295,31 @@ async fn grow(
         inbuf.reserve(total.saturating_sub(inbuf.len()));
         return Ok(());
     }
-    let units = (total - BASE_BUFFER).div_ceil(BUDGET_UNIT);
-    if units > shared.buffer_budget_units {
-        return Err(Grow::TooLarge);
-    }
-    if units > charge.units {
-        let extra = u32::try_from(units - charge.units).map_err(|_| Grow::TooLarge)?;
-        let more = tokio::select! {
-            p = shared.buffer_budget.clone().acquire_many_owned(extra) => {
-                p.map_err(|_| Grow::Stopping)?
-            }
-            _ = shutdown.wait_for(|stop| *stop) => return Err(Grow::Stopping),
-        };
-        match &mut charge.permit {
-            Some(p) => p.merge(more),
-            None => charge.permit = Some(more),
-        }
-        charge.units = units;
-    }
+    charge_for(
+        shared,
+        charge,
+        extra_bytes(total, ranges_capacity),
+        shutdown,
+    )
+    .await?;
     if inbuf.capacity() < total {
         let mut bigger = BytesMut::with_capacity(total);
         bigger.extend_from_slice(inbuf);
         *inbuf = bigger;
     }
     Ok(())
+}
+
+/// Shows the connection's request memory in CLIENT LIST (`qbuf`, `qbuf-free`, `argv-mem`).
+fn publish_memory(state: &ConnState, inbuf: &BytesMut, ranges: &Vec<Range<usize>>) {
+    let m = &state.info.mem;
+    m.qbuf.store(inbuf.len(), Ordering::Relaxed);
+    m.qbuf_free
+        .store(inbuf.capacity() - inbuf.len(), Ordering::Relaxed);
+    m.argv.store(
+        ranges.capacity() * std::mem::size_of::<Range<usize>>(),
+        Ordering::Relaxed,
+    );
 }
 
 /// A request larger than `--max-buffer-memory` can never be read: refuse it and close.
@@ -285,13 +385,25 @@ fn execute(
     let resp3 = state.resp3;
     let before = out.len();
     let mut reply = Reply::new(out, resp3);
-    let (idx, flow) = {
+    let idx = commands::lookup(args.get(0));
+    // Recorded before it runs: CLIENT LIST/INFO name the command running and count idleness
+    // from its start, as Redis does.
+    let info = &state.info;
+    info.last_cmd
+        .store(idx.unwrap_or(usize::MAX), Ordering::Relaxed);
+    info.last_sub
+        .store(commands::subcommand(idx, &args), Ordering::Relaxed);
+    info.last_active_ms.store(
+        started.saturating_duration_since(info.created).as_millis() as u64,
+        Ordering::Relaxed,
+    );
+    let flow = {
         let mut ctx = Ctx {
             shared,
             conn: state,
             out: &mut reply,
         };
-        commands::dispatch(&mut ctx, &args)
+        commands::dispatch(&mut ctx, &args, idx)
     };
     if out.get(before) == Some(&b'-') {
         let text = std::str::from_utf8(&out[before + 1..]).unwrap_or("ERR");
@@ -299,12 +411,7 @@ fn execute(
     }
     if let Some(i) = idx {
         shared.metrics.command(i, started.elapsed());
-        state.info.last_cmd.store(i, Ordering::Relaxed);
     }
-    state.info.last_active_ms.store(
-        shared.started.elapsed().as_millis() as u64,
-        Ordering::Relaxed,
-    );
     flow
 }
 

@@ -133,6 +133,7 @@ pub fn spawn_on(
         started: Instant::now(),
         buffer_budget: Arc::new(Semaphore::new(budget_units)),
         buffer_budget_units: budget_units,
+        buffer_waiters: Default::default(),
         tcp_port: tcp_addr.port(),
         recorder,
         config,

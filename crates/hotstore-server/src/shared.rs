@@ -42,6 +42,8 @@ pub struct Shared {
     pub buffer_budget: Arc<Semaphore>,
     /// The budget's total, in units.
     pub buffer_budget_units: usize,
+    /// Connections waiting for room in the budget (not read meanwhile).
+    pub buffer_waiters: AtomicUsize,
     /// The TCP port actually bound.
     pub tcp_port: u16,
     /// The recorder `RECORD.*` commands reach, if the server runs one.
@@ -87,10 +89,27 @@ pub struct ClientInfo {
     pub created: Instant,
     /// CLIENT SETNAME.
     pub name: Mutex<Option<String>>,
-    /// Index of the last command (usize::MAX: none yet).
+    /// Index of the last command (usize::MAX: none yet), set when it starts (CLIENT LIST
+    /// names the command running, as Redis does).
     pub last_cmd: AtomicUsize,
-    /// Milliseconds since server start at the last command.
+    /// Its subcommand, as an index into the command's subcommand list plus one (0: none).
+    pub last_sub: AtomicUsize,
+    /// Milliseconds from `created` to the start of the last command (0: none yet, so `idle`
+    /// counts from the connection's start).
     pub last_active_ms: AtomicU64,
+    /// Request memory, as CLIENT LIST shows it.
+    pub mem: ClientMem,
+}
+
+/// A connection's request memory, published by the connection for CLIENT LIST.
+#[derive(Default)]
+pub struct ClientMem {
+    /// Bytes in the read buffer (`qbuf`).
+    pub qbuf: AtomicUsize,
+    /// Free bytes of the read buffer (`qbuf-free`).
+    pub qbuf_free: AtomicUsize,
+    /// Bytes of the argument vector (`argv-mem`).
+    pub argv: AtomicUsize,
 }
 
 /// The client registry.
@@ -124,7 +143,9 @@ impl Clients {
             created: Instant::now(),
             name: Mutex::new(None),
             last_cmd: AtomicUsize::new(usize::MAX),
+            last_sub: AtomicUsize::new(0),
             last_active_ms: AtomicU64::new(0),
+            mem: ClientMem::default(),
         });
         map.insert(id, info.clone());
         self.connected.store(map.len(), Ordering::Relaxed);
