@@ -121,7 +121,7 @@ where
                     send(shared, state, stream, &mut out).await?;
                     let want = count.min(ranges.capacity().max(FREE_ARGS).saturating_mul(2));
                     let bytes = extra_bytes(inbuf.capacity(), want);
-                    match charge_for(shared, &mut charge, bytes, &mut shutdown).await {
+                    match charge_for(shared, &state.info, &mut charge, bytes, &mut shutdown).await {
                         Ok(()) => ranges.reserve_exact(want - ranges.len()),
                         Err(Grow::Stopping) => return Ok(End::Closed),
                         Err(Grow::TooLarge) => {
@@ -136,6 +136,7 @@ where
                         send(shared, state, stream, &mut out).await?;
                         match grow(
                             shared,
+                            &state.info,
                             &mut charge,
                             &mut inbuf,
                             ranges.capacity(),
@@ -175,6 +176,7 @@ where
             let want = inbuf.len() + (BASE_BUFFER / 2).max(inbuf.len() / 2);
             match grow(
                 shared,
+                &state.info,
                 &mut charge,
                 &mut inbuf,
                 ranges.capacity(),
@@ -237,6 +239,7 @@ fn extra_bytes(buffer_capacity: usize, ranges_capacity: usize) -> usize {
 /// while other clients hold the budget.
 async fn charge_for(
     shared: &Shared,
+    info: &ClientInfo,
     charge: &mut Charge,
     bytes: usize,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
@@ -247,7 +250,7 @@ async fn charge_for(
     }
     if units > charge.units {
         let extra = u32::try_from(units - charge.units).map_err(|_| Grow::TooLarge)?;
-        let waiting = WaitingGuard::new(shared);
+        let waiting = WaitingGuard::new(shared, info);
         let more = tokio::select! {
             p = shared.buffer_budget.clone().acquire_many_owned(extra) => {
                 p.map_err(|_| Grow::Stopping)?
@@ -264,18 +267,21 @@ async fn charge_for(
     Ok(())
 }
 
-/// Counts a connection waiting for the budget (INFO `hotstore_clients_waiting_for_buffer`).
-struct WaitingGuard<'a>(&'a Shared);
+/// Counts a connection waiting for the budget (INFO `hotstore_clients_waiting_for_buffer`,
+/// `events=` in CLIENT LIST).
+struct WaitingGuard<'a>(&'a Shared, &'a ClientInfo);
 
 impl<'a> WaitingGuard<'a> {
-    fn new(shared: &'a Shared) -> Self {
+    fn new(shared: &'a Shared, info: &'a ClientInfo) -> Self {
         shared.buffer_waiters.fetch_add(1, Ordering::Relaxed);
-        WaitingGuard(shared)
+        info.mem.waiting.store(true, Ordering::Relaxed);
+        WaitingGuard(shared, info)
     }
 }
 
 impl Drop for WaitingGuard<'_> {
     fn drop(&mut self) {
+        self.1.mem.waiting.store(false, Ordering::Relaxed);
         self.0.buffer_waiters.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -285,6 +291,7 @@ impl Drop for WaitingGuard<'_> {
 /// allocated at exactly that size, so the charge is what is allocated.
 async fn grow(
     shared: &Shared,
+    info: &ClientInfo,
     charge: &mut Charge,
     inbuf: &mut BytesMut,
     ranges_capacity: usize,
@@ -297,6 +304,7 @@ async fn grow(
     }
     charge_for(
         shared,
+        info,
         charge,
         extra_bytes(total, ranges_capacity),
         shutdown,

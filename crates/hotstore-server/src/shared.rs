@@ -8,7 +8,7 @@ use crate::sync::GroupSync;
 use hotstore::{Durability, Store};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{watch, Notify, Semaphore};
@@ -110,6 +110,8 @@ pub struct ClientMem {
     pub qbuf_free: AtomicUsize,
     /// Bytes of the argument vector (`argv-mem`).
     pub argv: AtomicUsize,
+    /// Waiting for the buffer budget, not read meanwhile (`events=` empty, not `r`).
+    pub waiting: AtomicBool,
 }
 
 /// The client registry.

@@ -243,7 +243,7 @@ fn client_line(ctx: &Ctx, c: &crate::shared::ClientInfo) -> String {
     format!(
         "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 \
          multi=-1 qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv} multi-mem=0 rbs={} rbp={qbuf} \
-         obl=0 oll=0 omem=0 tot-mem={} events=r cmd={cmd} user=default redir=-1 resp={}",
+         obl=0 oll=0 omem=0 tot-mem={} events={} cmd={cmd} user=default redir=-1 resp={}",
         c.id,
         c.addr,
         c.laddr,
@@ -252,6 +252,11 @@ fn client_line(ctx: &Ctx, c: &crate::shared::ClientInfo) -> String {
         idle_ms / 1000,
         qbuf + qbuf_free,
         qbuf + qbuf_free + argv,
+        if c.mem.waiting.load(Ordering::Relaxed) {
+            ""
+        } else {
+            "r"
+        },
         if c.id == ctx.conn.info.id && ctx.conn.resp3 {
             3
         } else {
