@@ -16,7 +16,7 @@
 use crate::commands::{self, Args, Ctx, Flow, WaitEvent};
 use crate::resp::{parse_request, Parsed, Reply, FREE_ARGS};
 use crate::session::ConnState;
-use crate::shared::{ClientInfo, Shared, BASE_BUFFER, BUDGET_UNIT};
+use crate::shared::{BudgetWaiters, ClientInfo, Shared, BASE_BUFFER, BUDGET_UNIT};
 use bytes::{Buf, BytesMut};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -124,8 +124,8 @@ where
                     match charge_for(shared, &state.info, &mut charge, bytes, &mut shutdown).await {
                         Ok(()) => ranges.reserve_exact(want - ranges.len()),
                         Err(Grow::Stopping) => return Ok(End::Closed),
-                        Err(Grow::TooLarge) => {
-                            return refuse_too_large(shared, state, stream, &mut out).await
+                        Err(e @ (Grow::TooLarge | Grow::Exhausted)) => {
+                            return refuse_too_large(shared, state, stream, &mut out, e).await
                         }
                     }
                     publish_memory(state, &inbuf, &ranges);
@@ -147,8 +147,8 @@ where
                         {
                             Ok(()) => {}
                             Err(Grow::Stopping) => return Ok(End::Closed),
-                            Err(Grow::TooLarge) => {
-                                return refuse_too_large(shared, state, stream, &mut out).await
+                            Err(e @ (Grow::TooLarge | Grow::Exhausted)) => {
+                                return refuse_too_large(shared, state, stream, &mut out, e).await
                             }
                         }
                     }
@@ -187,8 +187,8 @@ where
             {
                 Ok(()) => {}
                 Err(Grow::Stopping) => return Ok(End::Closed),
-                Err(Grow::TooLarge) => {
-                    return refuse_too_large(shared, state, stream, &mut out).await
+                Err(e @ (Grow::TooLarge | Grow::Exhausted)) => {
+                    return refuse_too_large(shared, state, stream, &mut out, e).await
                 }
             }
         }
@@ -219,11 +219,26 @@ where
 struct Charge {
     permit: Option<OwnedSemaphorePermit>,
     units: usize,
+    /// Told when the permit is given back (connections waiting for the budget look again).
+    freed: Option<Arc<tokio::sync::Notify>>,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        if let Some(p) = self.permit.take() {
+            drop(p);
+            if let Some(n) = &self.freed {
+                n.notify_waiters();
+            }
+        }
+    }
 }
 
 enum Grow {
     /// More than the whole budget: it could never be read.
     TooLarge,
+    /// The rest of the budget is held by connections that all wait for more of it.
+    Exhausted,
     /// The server is stopping.
     Stopping,
 }
@@ -248,41 +263,87 @@ async fn charge_for(
     if units > shared.buffer_budget_units {
         return Err(Grow::TooLarge);
     }
-    if units > charge.units {
-        let extra = u32::try_from(units - charge.units).map_err(|_| Grow::TooLarge)?;
-        let waiting = WaitingGuard::new(shared, info);
-        let more = tokio::select! {
-            p = shared.buffer_budget.clone().acquire_many_owned(extra) => {
-                p.map_err(|_| Grow::Stopping)?
-            }
-            _ = shutdown.wait_for(|stop| *stop) => return Err(Grow::Stopping),
-        };
-        drop(waiting);
-        match &mut charge.permit {
-            Some(p) => p.merge(more),
-            None => charge.permit = Some(more),
-        }
-        charge.units = units;
+    if units <= charge.units {
+        return Ok(());
     }
-    Ok(())
+    let extra = u32::try_from(units - charge.units).map_err(|_| Grow::TooLarge)?;
+    // Permits are taken whole (`try_acquire`), never accumulated while waiting, so the units
+    // held by waiters are known exactly: when they are all the units held, no one will give
+    // any back (each waiter holds part of a request it cannot finish), and a waiter holding
+    // some is refused so that the others can go on.
+    let mut waiting: Option<WaitingGuard> = None;
+    loop {
+        let freed = shared.buffer_freed.notified();
+        tokio::pin!(freed);
+        freed.as_mut().enable();
+        {
+            let mut w = shared.buffer_waiters.lock();
+            match shared.buffer_budget.clone().try_acquire_many_owned(extra) {
+                Ok(more) => {
+                    if let Some(g) = waiting.take() {
+                        g.leave(&mut w);
+                    }
+                    match &mut charge.permit {
+                        Some(p) => p.merge(more),
+                        None => charge.permit = Some(more),
+                    }
+                    charge.units = units;
+                    charge.freed = Some(shared.buffer_freed.clone());
+                    return Ok(());
+                }
+                Err(tokio::sync::TryAcquireError::Closed) => return Err(Grow::Stopping),
+                Err(tokio::sync::TryAcquireError::NoPermits) => {}
+            }
+            let held_total = shared
+                .buffer_budget_units
+                .saturating_sub(shared.buffer_budget.available_permits());
+            let by_waiters = w.held_units + if waiting.is_some() { 0 } else { charge.units };
+            if by_waiters >= held_total {
+                if charge.units > 0 {
+                    if let Some(g) = waiting.take() {
+                        g.leave(&mut w);
+                    }
+                    return Err(Grow::Exhausted);
+                }
+                // Holding nothing, this one's refusal would free nothing: wake the others
+                // so that one holding units gives way.
+                shared.buffer_freed.notify_waiters();
+            }
+            if waiting.is_none() {
+                waiting = Some(WaitingGuard::enter(&mut w, info, charge.units));
+            }
+        }
+        tokio::select! {
+            _ = &mut freed => {}
+            _ = shutdown.wait_for(|stop| *stop) => {
+                if let Some(g) = waiting.take() {
+                    g.leave(&mut shared.buffer_waiters.lock());
+                }
+                return Err(Grow::Stopping);
+            }
+        }
+    }
 }
 
-/// Counts a connection waiting for the budget (INFO `hotstore_clients_waiting_for_buffer`,
-/// `events=` in CLIENT LIST).
-struct WaitingGuard<'a>(&'a Shared, &'a ClientInfo);
+/// A connection waiting for the budget: counted (INFO `hotstore_clients_waiting_for_buffer`,
+/// `events=` in CLIENT LIST) with the units it holds meanwhile.
+struct WaitingGuard<'a> {
+    info: &'a ClientInfo,
+    held: usize,
+}
 
 impl<'a> WaitingGuard<'a> {
-    fn new(shared: &'a Shared, info: &'a ClientInfo) -> Self {
-        shared.buffer_waiters.fetch_add(1, Ordering::Relaxed);
+    fn enter(w: &mut BudgetWaiters, info: &'a ClientInfo, held: usize) -> Self {
+        w.count += 1;
+        w.held_units += held;
         info.mem.waiting.store(true, Ordering::Relaxed);
-        WaitingGuard(shared, info)
+        WaitingGuard { info, held }
     }
-}
 
-impl Drop for WaitingGuard<'_> {
-    fn drop(&mut self) {
-        self.1.mem.waiting.store(false, Ordering::Relaxed);
-        self.0.buffer_waiters.fetch_sub(1, Ordering::Relaxed);
+    fn leave(self, w: &mut BudgetWaiters) {
+        w.count -= 1;
+        w.held_units -= self.held;
+        self.info.mem.waiting.store(false, Ordering::Relaxed);
     }
 }
 
@@ -330,20 +391,26 @@ fn publish_memory(state: &ConnState, inbuf: &BytesMut, ranges: &Vec<Range<usize>
     );
 }
 
-/// A request larger than `--max-buffer-memory` can never be read: refuse it and close.
+/// A request larger than `--max-buffer-memory` can never be read, nor one that needs more
+/// while the rest is held by clients all waiting for more: refuse it and close.
 async fn refuse_too_large<S>(
     shared: &Shared,
     state: &mut ConnState,
     stream: &mut S,
     out: &mut Vec<u8>,
+    why: Grow,
 ) -> std::io::Result<End>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     shared.metrics.error("protocol");
-    Reply::new(out, state.resp3).error(
-        "ERR Protocol error: request larger than max-buffer-memory (the server-wide read budget)",
-    );
+    Reply::new(out, state.resp3).error(if matches!(why, Grow::Exhausted) {
+        "ERR Protocol error: max-buffer-memory exhausted: the rest of the server-wide read \
+         budget is held by clients that all wait for more (send smaller requests, or raise \
+         --max-buffer-memory)"
+    } else {
+        "ERR Protocol error: request larger than max-buffer-memory (the server-wide read budget)"
+    });
     send(shared, state, stream, out).await?;
     Ok(End::Refused)
 }

@@ -42,8 +42,10 @@ pub struct Shared {
     pub buffer_budget: Arc<Semaphore>,
     /// The budget's total, in units.
     pub buffer_budget_units: usize,
-    /// Connections waiting for room in the budget (not read meanwhile).
-    pub buffer_waiters: AtomicUsize,
+    /// Connections waiting for room in the budget (not read meanwhile), with what they hold.
+    pub buffer_waiters: Mutex<BudgetWaiters>,
+    /// Told whenever a connection gives budget back.
+    pub buffer_freed: Arc<Notify>,
     /// The TCP port actually bound.
     pub tcp_port: u16,
     /// The recorder `RECORD.*` commands reach, if the server runs one.
@@ -75,6 +77,15 @@ impl Shared {
             self.clients.rejected.load(Ordering::Relaxed),
         )
     }
+}
+
+/// Connections waiting for buffer budget.
+#[derive(Default)]
+pub struct BudgetWaiters {
+    /// How many.
+    pub count: usize,
+    /// Budget units they hold while they wait.
+    pub held_units: usize,
 }
 
 /// One connected client, as CLIENT LIST shows it.

@@ -446,7 +446,7 @@ fn info_section(ctx: &Ctx, section: &str, t: &mut String) {
             );
             kv(
                 "hotstore_clients_waiting_for_buffer",
-                sh.buffer_waiters.load(Ordering::Relaxed).to_string(),
+                sh.buffer_waiters.lock().count.to_string(),
             );
         }
         "persistence" => {
