@@ -46,6 +46,10 @@ pub struct ServeArgs {
     /// Allow a non-loopback --bind without a password (only on a trusted network).
     #[arg(long)]
     insecure: bool,
+    /// Refuse FLUSHALL and FLUSHDB (a production buffer: one stray command would remove every
+    /// event not yet consumed).
+    #[arg(long)]
+    disable_flush: bool,
     /// Most connected clients [default: 10000]; others get `-ERR max number of clients reached`.
     #[arg(long)]
     max_clients: Option<usize>,
@@ -159,6 +163,7 @@ fn config_from(a: ServeArgs) -> CliResult<ServerConfig> {
         c.max_buffer_memory = v as usize;
     }
     c.insecure |= a.insecure;
+    c.disable_flush |= a.disable_flush;
     Ok(c)
 }
 

@@ -61,6 +61,9 @@ pub struct ServerConfig {
     /// Deliveries after which an event that keeps coming back unacknowledged is parked as
     /// poisoned (EVENT.CLAIM takes it explicitly); 0: never (the default).
     pub max_deliveries: u32,
+    /// Refuse FLUSHALL and FLUSHDB (for production buffers: one stray command would remove
+    /// every event not yet consumed).
+    pub disable_flush: bool,
 }
 
 fn de_durability<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Durability, D::Error> {
@@ -91,6 +94,7 @@ impl Default for ServerConfig {
             expected_fragments: None,
             incomplete_timeout_ms: None,
             max_deliveries: 0,
+            disable_flush: false,
         }
     }
 }

@@ -3,19 +3,23 @@
 //!
 //! Back-pressure: a connection reads only when it has no complete request left, so at most
 //! one read buffer of requests waits per client; replies are sent before more is read. A
-//! request larger than the 64 KiB base buffer takes room from the server-wide buffer budget
-//! first, waiting (not reading) while other clients hold it.
+//! request larger than the 64 KiB base buffer (or with more than [`FREE_ARGS`] arguments)
+//! takes room from the server-wide buffer budget first, waiting (not reading) while other
+//! clients hold it. What is charged is what is allocated: the read buffer's capacity and the
+//! argument vector's (16 bytes per argument, more than the 7 bytes a one-byte argument takes
+//! on the wire).
 //!
 //! Durability: writes go to the store with `Durability::Memory`; if any of them asked for
 //! `Persisted`, the group commit runs before the replies leave. If that sync fails, the
 //! connection is closed without sending them: nothing unsynced is ever acknowledged.
 
 use crate::commands::{self, Args, Ctx, Flow, WaitEvent};
-use crate::resp::{parse_request, Parsed, Reply};
+use crate::resp::{parse_request, Parsed, Reply, FREE_ARGS};
 use crate::session::ConnState;
-use crate::shared::{ClientInfo, Shared, BASE_BUFFER, BUDGET_UNIT};
+use crate::shared::{BudgetWaiters, ClientInfo, Shared, BASE_BUFFER, BUDGET_UNIT};
 use bytes::{Buf, BytesMut};
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,7 +70,7 @@ where
 {
     let mut inbuf = BytesMut::with_capacity(BASE_BUFFER);
     let mut out: Vec<u8> = Vec::with_capacity(BASE_BUFFER);
-    let mut ranges = Vec::new();
+    let mut ranges: Vec<Range<usize>> = Vec::new();
     let mut charge = Charge::default();
     let mut shutdown = shared.shutdown.subscribe();
     let idle = shared.config.idle_timeout();
@@ -76,8 +80,11 @@ where
     loop {
         // Run every complete request in the buffer.
         loop {
-            let parsed = parse_request(&inbuf, &shared.limits, &mut ranges, resume);
-            resume = matches!(parsed, Ok(Parsed::Incomplete { .. }));
+            let parsed = parse_request(&mut inbuf, &shared.limits, &mut ranges, resume);
+            resume = matches!(
+                parsed,
+                Ok(Parsed::Incomplete { .. } | Parsed::NeedArgs { .. })
+            );
             match parsed {
                 Ok(Parsed::Request { consumed }) => {
                     let flow = if ranges.is_empty() {
@@ -108,15 +115,41 @@ where
                         send(shared, state, stream, &mut out).await?;
                     }
                 }
+                Ok(Parsed::NeedArgs { count }) => {
+                    // Room for more argument ranges, charged before it is allocated; grown
+                    // geometrically so a request is re-parsed from where it stopped only
+                    // O(log n) times.
+                    send(shared, state, stream, &mut out).await?;
+                    let want = count.min(ranges.capacity().max(FREE_ARGS).saturating_mul(2));
+                    let bytes = extra_bytes(inbuf.capacity(), want);
+                    match charge_for(shared, &state.info, &mut charge, bytes, &mut shutdown).await {
+                        Ok(()) => ranges.reserve_exact(want - ranges.len()),
+                        Err(Grow::Stopping) => return Ok(End::Closed),
+                        Err(e @ (Grow::TooLarge | Grow::Exhausted)) => {
+                            return refuse_too_large(shared, state, stream, &mut out, e).await
+                        }
+                    }
+                    publish_memory(state, &inbuf, &ranges);
+                }
                 Ok(Parsed::Incomplete { need }) => {
                     if need > inbuf.capacity() {
                         // Reply to what ran before waiting for buffer room.
                         send(shared, state, stream, &mut out).await?;
-                        match grow(shared, &mut charge, &mut inbuf, need, &mut shutdown).await {
+                        match grow(
+                            shared,
+                            &state.info,
+                            &mut charge,
+                            &mut inbuf,
+                            ranges.capacity(),
+                            need,
+                            &mut shutdown,
+                        )
+                        .await
+                        {
                             Ok(()) => {}
                             Err(Grow::Stopping) => return Ok(End::Closed),
-                            Err(Grow::TooLarge) => {
-                                return refuse_too_large(shared, state, stream, &mut out).await
+                            Err(e @ (Grow::TooLarge | Grow::Exhausted)) => {
+                                return refuse_too_large(shared, state, stream, &mut out, e).await
                             }
                         }
                     }
@@ -124,7 +157,7 @@ where
                 }
                 Err(e) => {
                     shared.metrics.error("protocol");
-                    Reply::new(&mut out, state.resp3).error(&format!("ERR {e}"));
+                    Reply::new(&mut out, state.resp3).error_bytes(&e.reply_text());
                     send(shared, state, stream, &mut out).await?;
                     return Ok(End::Refused);
                 }
@@ -134,17 +167,29 @@ where
         // A large request is done: give its memory back.
         if inbuf.is_empty() && charge.units > 0 {
             inbuf = BytesMut::with_capacity(BASE_BUFFER);
+            ranges = Vec::new();
             charge = Charge::default();
         }
         if inbuf.capacity() - inbuf.len() < 4096 {
             // A request of unknown size (many small arguments) grows the buffer, charged to
-            // the budget beyond the base like a large value.
-            let want = inbuf.len() + BASE_BUFFER / 2;
-            match grow(shared, &mut charge, &mut inbuf, want, &mut shutdown).await {
+            // the budget beyond the base like a large value; by half its size, so that the
+            // copies stay linear in the request's size.
+            let want = inbuf.len() + (BASE_BUFFER / 2).max(inbuf.len() / 2);
+            match grow(
+                shared,
+                &state.info,
+                &mut charge,
+                &mut inbuf,
+                ranges.capacity(),
+                want,
+                &mut shutdown,
+            )
+            .await
+            {
                 Ok(()) => {}
                 Err(Grow::Stopping) => return Ok(End::Closed),
-                Err(Grow::TooLarge) => {
-                    return refuse_too_large(shared, state, stream, &mut out).await
+                Err(e @ (Grow::TooLarge | Grow::Exhausted)) => {
+                    return refuse_too_large(shared, state, stream, &mut out, e).await
                 }
             }
         }
@@ -163,6 +208,7 @@ where
                     return Ok(End::Closed);
                 }
                 shared.metrics.bytes_in.inc_by(n as u64);
+                publish_memory(state, &inbuf, &ranges);
             }
             _ = shutdown.wait_for(|stop| *stop) => return Ok(End::Closed),
         }
@@ -174,22 +220,143 @@ where
 struct Charge {
     permit: Option<OwnedSemaphorePermit>,
     units: usize,
+    /// Told when the permit is given back (connections waiting for the budget look again).
+    freed: Option<Arc<tokio::sync::Notify>>,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        if let Some(p) = self.permit.take() {
+            drop(p);
+            if let Some(n) = &self.freed {
+                n.notify_waiters();
+            }
+        }
+    }
 }
 
 enum Grow {
     /// More than the whole budget: it could never be read.
     TooLarge,
+    /// The rest of the budget is held by connections that all wait for more of it.
+    Exhausted,
     /// The server is stopping.
     Stopping,
 }
 
+/// Bytes a connection holds beyond what every connection has without asking the budget: read
+/// buffer capacity past [`BASE_BUFFER`], argument ranges past [`FREE_ARGS`].
+fn extra_bytes(buffer_capacity: usize, ranges_capacity: usize) -> usize {
+    buffer_capacity.saturating_sub(BASE_BUFFER)
+        + ranges_capacity.saturating_sub(FREE_ARGS) * std::mem::size_of::<Range<usize>>()
+}
+
+/// Makes the connection's charge cover `bytes` beyond the base, waiting (reading nothing)
+/// while other clients hold the budget.
+async fn charge_for(
+    shared: &Shared,
+    info: &ClientInfo,
+    charge: &mut Charge,
+    bytes: usize,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<(), Grow> {
+    let units = bytes.div_ceil(BUDGET_UNIT);
+    if units > shared.buffer_budget_units {
+        return Err(Grow::TooLarge);
+    }
+    if units <= charge.units {
+        return Ok(());
+    }
+    let extra = u32::try_from(units - charge.units).map_err(|_| Grow::TooLarge)?;
+    // Permits are taken whole (`try_acquire`), never accumulated while waiting, so the units
+    // held by waiters are known exactly: when they are all the units held, no one will give
+    // any back (each waiter holds part of a request it cannot finish), and a waiter holding
+    // some is refused so that the others can go on.
+    let mut waiting: Option<WaitingGuard> = None;
+    loop {
+        let freed = shared.buffer_freed.notified();
+        tokio::pin!(freed);
+        freed.as_mut().enable();
+        {
+            let mut w = shared.buffer_waiters.lock();
+            match shared.buffer_budget.clone().try_acquire_many_owned(extra) {
+                Ok(more) => {
+                    if let Some(g) = waiting.take() {
+                        g.leave(&mut w);
+                    }
+                    match &mut charge.permit {
+                        Some(p) => p.merge(more),
+                        None => charge.permit = Some(more),
+                    }
+                    charge.units = units;
+                    charge.freed = Some(shared.buffer_freed.clone());
+                    return Ok(());
+                }
+                Err(tokio::sync::TryAcquireError::Closed) => return Err(Grow::Stopping),
+                Err(tokio::sync::TryAcquireError::NoPermits) => {}
+            }
+            let held_total = shared
+                .buffer_budget_units
+                .saturating_sub(shared.buffer_budget.available_permits());
+            let by_waiters = w.held_units + if waiting.is_some() { 0 } else { charge.units };
+            if by_waiters >= held_total {
+                if charge.units > 0 {
+                    if let Some(g) = waiting.take() {
+                        g.leave(&mut w);
+                    }
+                    return Err(Grow::Exhausted);
+                }
+                // Holding nothing, this one's refusal would free nothing: wake the others
+                // so that one holding units gives way.
+                shared.buffer_freed.notify_waiters();
+            }
+            if waiting.is_none() {
+                waiting = Some(WaitingGuard::enter(&mut w, info, charge.units));
+            }
+        }
+        tokio::select! {
+            _ = &mut freed => {}
+            _ = shutdown.wait_for(|stop| *stop) => {
+                if let Some(g) = waiting.take() {
+                    g.leave(&mut shared.buffer_waiters.lock());
+                }
+                return Err(Grow::Stopping);
+            }
+        }
+    }
+}
+
+/// A connection waiting for the budget: counted (INFO `hotstore_clients_waiting_for_buffer`,
+/// `events=` in CLIENT LIST) with the units it holds meanwhile.
+struct WaitingGuard<'a> {
+    info: &'a ClientInfo,
+    held: usize,
+}
+
+impl<'a> WaitingGuard<'a> {
+    fn enter(w: &mut BudgetWaiters, info: &'a ClientInfo, held: usize) -> Self {
+        w.count += 1;
+        w.held_units += held;
+        info.mem.waiting.store(true, Ordering::Relaxed);
+        WaitingGuard { info, held }
+    }
+
+    fn leave(self, w: &mut BudgetWaiters) {
+        w.count -= 1;
+        w.held_units -= self.held;
+        self.info.mem.waiting.store(false, Ordering::Relaxed);
+    }
+}
+
 /// Makes `inbuf` hold at least `total` bytes. Room beyond [`BASE_BUFFER`] is charged to the
-/// server-wide budget first, waiting (reading nothing) while other clients hold it; the
-/// buffer is then allocated at exactly that size, so the charge is what is allocated.
+/// server-wide budget first (with the argument ranges already held); the buffer is then
+/// allocated at exactly that size, so the charge is what is allocated.
 async fn grow(
     shared: &Shared,
+    info: &ClientInfo,
     charge: &mut Charge,
     inbuf: &mut BytesMut,
+    ranges_capacity: usize,
     total: usize,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), Grow> {
@@ -197,24 +364,14 @@ async fn grow(
         inbuf.reserve(total.saturating_sub(inbuf.len()));
         return Ok(());
     }
-    let units = (total - BASE_BUFFER).div_ceil(BUDGET_UNIT);
-    if units > shared.buffer_budget_units {
-        return Err(Grow::TooLarge);
-    }
-    if units > charge.units {
-        let extra = u32::try_from(units - charge.units).map_err(|_| Grow::TooLarge)?;
-        let more = tokio::select! {
-            p = shared.buffer_budget.clone().acquire_many_owned(extra) => {
-                p.map_err(|_| Grow::Stopping)?
-            }
-            _ = shutdown.wait_for(|stop| *stop) => return Err(Grow::Stopping),
-        };
-        match &mut charge.permit {
-            Some(p) => p.merge(more),
-            None => charge.permit = Some(more),
-        }
-        charge.units = units;
-    }
+    charge_for(
+        shared,
+        info,
+        charge,
+        extra_bytes(total, ranges_capacity),
+        shutdown,
+    )
+    .await?;
     if inbuf.capacity() < total {
         let mut bigger = BytesMut::with_capacity(total);
         bigger.extend_from_slice(inbuf);
@@ -223,20 +380,38 @@ async fn grow(
     Ok(())
 }
 
-/// A request larger than `--max-buffer-memory` can never be read: refuse it and close.
+/// Shows the connection's request memory in CLIENT LIST (`qbuf`, `qbuf-free`, `argv-mem`).
+fn publish_memory(state: &ConnState, inbuf: &BytesMut, ranges: &Vec<Range<usize>>) {
+    let m = &state.info.mem;
+    m.qbuf.store(inbuf.len(), Ordering::Relaxed);
+    m.qbuf_free
+        .store(inbuf.capacity() - inbuf.len(), Ordering::Relaxed);
+    m.argv.store(
+        ranges.capacity() * std::mem::size_of::<Range<usize>>(),
+        Ordering::Relaxed,
+    );
+}
+
+/// A request larger than `--max-buffer-memory` can never be read, nor one that needs more
+/// while the rest is held by clients all waiting for more: refuse it and close.
 async fn refuse_too_large<S>(
     shared: &Shared,
     state: &mut ConnState,
     stream: &mut S,
     out: &mut Vec<u8>,
+    why: Grow,
 ) -> std::io::Result<End>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     shared.metrics.error("protocol");
-    Reply::new(out, state.resp3).error(
-        "ERR Protocol error: request larger than max-buffer-memory (the server-wide read budget)",
-    );
+    Reply::new(out, state.resp3).error(if matches!(why, Grow::Exhausted) {
+        "ERR Protocol error: max-buffer-memory exhausted: the rest of the server-wide read \
+         budget is held by clients that all wait for more (send smaller requests, or raise \
+         --max-buffer-memory)"
+    } else {
+        "ERR Protocol error: request larger than max-buffer-memory (the server-wide read budget)"
+    });
     send(shared, state, stream, out).await?;
     Ok(End::Refused)
 }
@@ -289,13 +464,25 @@ fn execute(
     // Whether this command (not an earlier one of the batch) made a write that waits for
     // the group commit.
     let earlier_sync = std::mem::take(&mut state.needs_sync);
-    let (idx, flow) = {
+    let idx = commands::lookup(args.get(0));
+    // Recorded before it runs: CLIENT LIST/INFO name the command running and count idleness
+    // from its start, as Redis does.
+    let info = &state.info;
+    info.last_cmd
+        .store(idx.unwrap_or(usize::MAX), Ordering::Relaxed);
+    info.last_sub
+        .store(commands::subcommand(idx, &args), Ordering::Relaxed);
+    info.last_active_ms.store(
+        started.saturating_duration_since(info.created).as_millis() as u64,
+        Ordering::Relaxed,
+    );
+    let flow = {
         let mut ctx = Ctx {
             shared,
             conn: state,
             out: &mut reply,
         };
-        commands::dispatch(&mut ctx, &args)
+        commands::dispatch(&mut ctx, &args, idx)
     };
     if out.get(before) == Some(&b'-') {
         let text = std::str::from_utf8(&out[before + 1..]).unwrap_or("ERR");
@@ -310,12 +497,7 @@ fn execute(
         } else {
             shared.metrics.took(i, started.elapsed());
         }
-        state.info.last_cmd.store(i, Ordering::Relaxed);
     }
-    state.info.last_active_ms.store(
-        shared.started.elapsed().as_millis() as u64,
-        Ordering::Relaxed,
-    );
     flow
 }
 

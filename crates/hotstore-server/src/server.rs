@@ -130,6 +130,8 @@ pub fn spawn_on(
         started: Instant::now(),
         buffer_budget: Arc::new(Semaphore::new(budget_units)),
         buffer_budget_units: budget_units,
+        buffer_waiters: Default::default(),
+        buffer_freed: Default::default(),
         tcp_port: tcp_addr.port(),
         recorder,
         config,

@@ -8,7 +8,7 @@ use crate::sync::GroupSync;
 use hotstore::{Durability, Store};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{watch, Notify, Semaphore};
@@ -42,6 +42,10 @@ pub struct Shared {
     pub buffer_budget: Arc<Semaphore>,
     /// The budget's total, in units.
     pub buffer_budget_units: usize,
+    /// Connections waiting for room in the budget (not read meanwhile), with what they hold.
+    pub buffer_waiters: Mutex<BudgetWaiters>,
+    /// Told whenever a connection gives budget back.
+    pub buffer_freed: Arc<Notify>,
     /// The TCP port actually bound.
     pub tcp_port: u16,
     /// The recorder `RECORD.*` commands reach, if the server runs one.
@@ -76,6 +80,15 @@ impl Shared {
     }
 }
 
+/// Connections waiting for buffer budget.
+#[derive(Default)]
+pub struct BudgetWaiters {
+    /// How many.
+    pub count: usize,
+    /// Budget units they hold while they wait.
+    pub held_units: usize,
+}
+
 /// One connected client, as CLIENT LIST shows it.
 pub struct ClientInfo {
     /// Client id (CLIENT ID).
@@ -88,10 +101,29 @@ pub struct ClientInfo {
     pub created: Instant,
     /// CLIENT SETNAME.
     pub name: Mutex<Option<String>>,
-    /// Index of the last command (usize::MAX: none yet).
+    /// Index of the last command (usize::MAX: none yet), set when it starts (CLIENT LIST
+    /// names the command running, as Redis does).
     pub last_cmd: AtomicUsize,
-    /// Milliseconds since server start at the last command.
+    /// Its subcommand, as an index into the command's subcommand list plus one (0: none).
+    pub last_sub: AtomicUsize,
+    /// Milliseconds from `created` to the start of the last command (0: none yet, so `idle`
+    /// counts from the connection's start).
     pub last_active_ms: AtomicU64,
+    /// Request memory, as CLIENT LIST shows it.
+    pub mem: ClientMem,
+}
+
+/// A connection's request memory, published by the connection for CLIENT LIST.
+#[derive(Default)]
+pub struct ClientMem {
+    /// Bytes in the read buffer (`qbuf`).
+    pub qbuf: AtomicUsize,
+    /// Free bytes of the read buffer (`qbuf-free`).
+    pub qbuf_free: AtomicUsize,
+    /// Bytes of the argument vector (`argv-mem`).
+    pub argv: AtomicUsize,
+    /// Waiting for the buffer budget, not read meanwhile (`events=` empty, not `r`).
+    pub waiting: AtomicBool,
 }
 
 /// The client registry.
@@ -125,7 +157,9 @@ impl Clients {
             created: Instant::now(),
             name: Mutex::new(None),
             last_cmd: AtomicUsize::new(usize::MAX),
+            last_sub: AtomicUsize::new(0),
             last_active_ms: AtomicU64::new(0),
+            mem: ClientMem::default(),
         });
         map.insert(id, info.clone());
         self.connected.store(map.len(), Ordering::Relaxed);

@@ -34,16 +34,22 @@ pub fn select(ctx: &mut Ctx, args: &Args) -> CmdResult {
     }
 }
 
-/// Checks a password; `user` must be `default` (there are no other users).
+/// Checks a password; `user` must be `default` (there are no other users). Without a
+/// configured password the default user needs none: `AUTH default <anything>` succeeds, as in
+/// Redis, and `AUTH <password>` is an error.
 fn check_password(ctx: &mut Ctx, user: Option<&[u8]>, pass: &[u8]) -> Result<(), String> {
-    let Some(expected) = &ctx.shared.config.requirepass else {
-        return Err(
-            "ERR AUTH <password> called without any password configured for the \
-                    default user. Are you sure your configuration is correct?"
-                .into(),
-        );
-    };
     let user_ok = user.is_none_or(|u| u == b"default");
+    let Some(expected) = &ctx.shared.config.requirepass else {
+        return match user {
+            None => Err(
+                "ERR AUTH <password> called without any password configured for the \
+                 default user. Are you sure your configuration is correct?"
+                    .into(),
+            ),
+            Some(_) if user_ok => Ok(()),
+            Some(_) => Err("WRONGPASS invalid username-password pair or user is disabled.".into()),
+        };
+    };
     if user_ok && constant_time_eq(pass, expected.as_bytes()) {
         ctx.conn.authenticated = true;
         Ok(())
@@ -154,6 +160,9 @@ pub fn shutdown(_ctx: &mut Ctx, args: &Args) -> CmdResult {
 /// CONFIG GET: the read-only settings tools ask for (redis-benchmark asks for `save` and
 /// `appendonly`); CONFIG SET and the rest are refused.
 pub fn config(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    if !subcommands("config").iter().any(|s| args.is(1, s)) {
+        return Err(subcommand_error("config", args));
+    }
     if !args.is(1, "get") {
         return Err(format!(
             "ERR CONFIG {} is not supported: hotstore's settings are fixed while it runs \
@@ -203,24 +212,56 @@ pub fn config(ctx: &mut Ctx, args: &Args) -> CmdResult {
     Ok(Flow::Continue)
 }
 
+/// Subcommands of the container commands, for CLIENT LIST's `cmd=client|list`.
+pub fn subcommands(command: &str) -> &'static [&'static str] {
+    match command {
+        "client" => &["setname", "getname", "id", "info", "list", "setinfo"],
+        "config" => &["get", "set", "resetstat", "rewrite"],
+        "command" => &["count", "docs", "info", "list"],
+        _ => &[],
+    }
+}
+
+/// One line of CLIENT LIST/INFO: Redis 7.0's fields in Redis's order, with the values that
+/// mean something here (no pub/sub, no MULTI, no ACL users, no output lists: those are 0/-1).
 fn client_line(ctx: &Ctx, c: &crate::shared::ClientInfo) -> String {
-    let now_ms = ctx.shared.started.elapsed().as_millis() as u64;
     let last = c.last_cmd.load(Ordering::Relaxed);
-    let cmd = COMMANDS.get(last).map_or("NULL", |s| s.name);
+    let cmd = match COMMANDS.get(last) {
+        None => "NULL".to_string(),
+        Some(s) => match c.last_sub.load(Ordering::Relaxed) {
+            0 => s.name.to_string(),
+            i => format!("{}|{}", s.name, subcommands(s.name)[i - 1]),
+        },
+    };
+    let age = c.created.elapsed();
+    let idle_ms = (age.as_millis() as u64).saturating_sub(c.last_active_ms.load(Ordering::Relaxed));
+    let (qbuf, qbuf_free, argv) = (
+        c.mem.qbuf.load(Ordering::Relaxed),
+        c.mem.qbuf_free.load(Ordering::Relaxed),
+        c.mem.argv.load(Ordering::Relaxed),
+    );
     format!(
-        "id={} addr={} laddr={} name={} age={} idle={} db=0 resp={} cmd={}",
+        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 \
+         multi=-1 qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv} multi-mem=0 rbs={} rbp={qbuf} \
+         obl=0 oll=0 omem=0 tot-mem={} events={} cmd={cmd} user=default redir=-1 resp={}",
         c.id,
         c.addr,
         c.laddr,
         c.name.lock().as_deref().unwrap_or(""),
-        c.created.elapsed().as_secs(),
-        now_ms.saturating_sub(c.last_active_ms.load(Ordering::Relaxed)) / 1000,
+        age.as_secs(),
+        idle_ms / 1000,
+        qbuf + qbuf_free,
+        qbuf + qbuf_free + argv,
+        if c.mem.waiting.load(Ordering::Relaxed) {
+            ""
+        } else {
+            "r"
+        },
         if c.id == ctx.conn.info.id && ctx.conn.resp3 {
             3
         } else {
             2
         },
-        cmd
     )
 }
 
@@ -250,20 +291,35 @@ pub fn client(ctx: &mut Ctx, args: &Args) -> CmdResult {
             }
             ctx.out.verbatim(&text);
         }
-        _ => {
-            return Err(format!(
-                "ERR unknown subcommand or wrong number of arguments for '{}'. Supported: \
-                 SETNAME GETNAME ID INFO LIST SETINFO",
-                String::from_utf8_lossy(args.get(1))
-            ))
-        }
+        _ => return Err(subcommand_error("client", args)),
     }
     Ok(Flow::Continue)
 }
 
+/// Redis's reply to a subcommand it does not know, or one given the wrong number of arguments.
+fn subcommand_error(command: &str, args: &Args) -> String {
+    let sub = String::from_utf8_lossy(args.get(1));
+    if subcommands(command)
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case(&sub))
+    {
+        format!(
+            "ERR wrong number of arguments for '{command}|{}' command",
+            sub.to_ascii_lowercase()
+        )
+    } else {
+        format!(
+            "ERR unknown subcommand '{sub}'. Try {} HELP.",
+            command.to_ascii_uppercase()
+        )
+    }
+}
+
 fn command_info(ctx: &mut Ctx, s: &super::Spec) {
     let r = &mut *ctx.out;
-    r.array(6);
+    // Redis 7's ten fields; ACL categories, tips, key specs and subcommands are empty (no ACL;
+    // the first/last/step fields locate the keys).
+    r.array(10);
     r.bulk(s.name.as_bytes());
     r.int(s.arity);
     r.set(s.flags.len());
@@ -273,10 +329,13 @@ fn command_info(ctx: &mut Ctx, s: &super::Spec) {
     r.int(s.first_key);
     r.int(s.last_key);
     r.int(s.step);
+    r.set(0);
+    r.set(0);
+    r.array(0);
+    r.array(0);
 }
 
-/// COMMAND, COMMAND COUNT, COMMAND INFO name..., COMMAND DOCS (empty: no docs to offer,
-/// which redis-cli accepts).
+/// COMMAND, COMMAND COUNT, COMMAND INFO name..., COMMAND DOCS [name...], COMMAND LIST.
 pub fn command(ctx: &mut Ctx, args: &Args) -> CmdResult {
     if args.len() == 1 {
         ctx.out.array(COMMANDS.len());
@@ -288,7 +347,7 @@ pub fn command(ctx: &mut Ctx, args: &Args) -> CmdResult {
     if args.is(1, "count") {
         ctx.out.int(COMMANDS.len() as i64);
     } else if args.is(1, "docs") {
-        ctx.out.map(0);
+        super::docs::command_docs(ctx, args);
     } else if args.is(1, "info") {
         let names: Vec<&[u8]> = args.iter_from(2).collect();
         ctx.out.array(names.len());
@@ -304,10 +363,7 @@ pub fn command(ctx: &mut Ctx, args: &Args) -> CmdResult {
             ctx.out.bulk(s.name.as_bytes());
         }
     } else {
-        return Err(format!(
-            "ERR unknown subcommand '{}'. Supported: COUNT DOCS INFO LIST",
-            String::from_utf8_lossy(args.get(1))
-        ));
+        return Err(subcommand_error("command", args));
     }
     Ok(Flow::Continue)
 }
@@ -320,6 +376,8 @@ pub fn info(ctx: &mut Ctx, args: &Args) -> CmdResult {
         "memory",
         "persistence",
         "stats",
+        "replication",
+        "cpu",
         "keyspace",
         "hotstore",
     ];
@@ -369,10 +427,6 @@ fn info_section(ctx: &Ctx, section: &str, t: &mut String) {
                 sh.clients.connected.load(Ordering::Relaxed).to_string(),
             );
             kv("maxclients", sh.config.max_clients.to_string());
-            kv(
-                "rejected_connections",
-                sh.clients.rejected.load(Ordering::Relaxed).to_string(),
-            );
         }
         "memory" => {
             kv("used_memory", st.live_bytes.to_string());
@@ -380,9 +434,31 @@ fn info_section(ctx: &Ctx, section: &str, t: &mut String) {
             kv("maxmemory", st.capacity_bytes.to_string());
             kv("hotstore_file_bytes", st.file_bytes.to_string());
             kv("hotstore_dead_bytes", st.dead_bytes.to_string());
+            let free_units = sh.buffer_budget.available_permits();
+            kv(
+                "hotstore_request_buffer_bytes",
+                (sh.buffer_budget_units.saturating_sub(free_units) * crate::shared::BUDGET_UNIT)
+                    .to_string(),
+            );
+            kv(
+                "hotstore_request_buffer_budget",
+                (sh.buffer_budget_units * crate::shared::BUDGET_UNIT).to_string(),
+            );
+            kv(
+                "hotstore_clients_waiting_for_buffer",
+                sh.buffer_waiters.lock().count.to_string(),
+            );
         }
         "persistence" => {
+            // Redis's fields where they mean the same: nothing loads after start, there are
+            // no RDB snapshots or AOF (every acknowledged write is already in the store).
             kv("loading", "0".into());
+            kv("async_loading", "0".into());
+            kv("rdb_changes_since_last_save", "0".into());
+            kv("rdb_bgsave_in_progress", "0".into());
+            kv("rdb_saves", "0".into());
+            kv("aof_enabled", "0".into());
+            kv("aof_rewrite_in_progress", "0".into());
             kv(
                 "hotstore_default_durability",
                 format!("{:?}", sh.config.durability).to_lowercase(),
@@ -410,7 +486,27 @@ fn info_section(ctx: &Ctx, section: &str, t: &mut String) {
                 "total_net_output_bytes",
                 sh.metrics.bytes_out.get().to_string(),
             );
+            kv(
+                "rejected_connections",
+                sh.clients.rejected.load(Ordering::Relaxed).to_string(),
+            );
+            kv("expired_keys", "0".into());
+            kv("evicted_keys", "0".into());
             kv("total_error_replies", sh.metrics.errors_total().to_string());
+            kv("hotstore_puts", st.puts.to_string());
+            kv("hotstore_removes", st.removes.to_string());
+            kv("hotstore_full_errors", st.full_errors.to_string());
+        }
+        "replication" => {
+            kv("role", "master".into());
+            kv("connected_slaves", "0".into());
+        }
+        "cpu" => {
+            let (sys, user) = cpu_times();
+            kv("used_cpu_sys", format!("{sys:.6}"));
+            kv("used_cpu_user", format!("{user:.6}"));
+            kv("used_cpu_sys_children", "0.000000".into());
+            kv("used_cpu_user_children", "0.000000".into());
         }
         "keyspace" => {
             if st.entries > 0 {
@@ -458,7 +554,22 @@ fn info_section(ctx: &Ctx, section: &str, t: &mut String) {
     t.push_str("\r\n");
 }
 
+/// CPU seconds (system, user) the server process has used, from `getrusage`.
+fn cpu_times() -> (f64, f64) {
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable `rusage`; RUSAGE_SELF needs nothing else.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return (0.0, 0.0);
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(ru.ru_stime), secs(ru.ru_utime))
+}
+
 fn capitalize(s: &str) -> String {
+    if s == "cpu" {
+        return "CPU".into();
+    }
     let mut c = s.chars();
     c.next()
         .map(|f| f.to_uppercase().chain(c).collect())

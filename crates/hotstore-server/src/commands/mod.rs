@@ -5,6 +5,7 @@
 
 mod admin;
 mod daq;
+mod docs;
 mod record;
 mod standard;
 
@@ -122,8 +123,29 @@ pub struct Spec {
 
 const W: &[&str] = &["write"];
 const R: &[&str] = &["readonly", "fast"];
-const A: &[&str] = &["fast", "no-auth"];
+// Redis 7's flags for the Redis commands (COMMAND INFO is compared with Redis's).
+const WD: &[&str] = &["write", "denyoom"];
+const RO: &[&str] = &["readonly"];
 const F: &[&str] = &["fast"];
+const LSF: &[&str] = &["loading", "stale", "fast"];
+const LS: &[&str] = &["loading", "stale"];
+const A: &[&str] = &[
+    "noscript",
+    "loading",
+    "stale",
+    "fast",
+    "no_auth",
+    "allow_busy",
+];
+const NONE: &[&str] = &[];
+const SHUT: &[&str] = &[
+    "admin",
+    "noscript",
+    "loading",
+    "stale",
+    "no_multi",
+    "allow_busy",
+];
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $fk:expr, $lk:expr, $st:expr, $h:path) => {
@@ -142,7 +164,7 @@ macro_rules! spec {
 /// Every command, most frequent first (lookup is a scan).
 pub static COMMANDS: &[Spec] = &[
     spec!("get", 2, R, 1, 1, 1, standard::get),
-    spec!("set", -3, W, 1, 1, 1, standard::set),
+    spec!("set", -3, WD, 1, 1, 1, standard::set),
     spec!("frag.put", -3, W, 0, 0, 0, daq::frag_put),
     spec!("event.next", -1, W, 0, 0, 0, daq::event_next),
     spec!("event.ack", -3, W, 0, 0, 0, daq::event_ack),
@@ -157,24 +179,26 @@ pub static COMMANDS: &[Spec] = &[
     spec!("record.trigger", -1, W, 0, 0, 0, record::trigger),
     spec!("record.status", 1, R, 0, 0, 0, record::status),
     spec!("mget", -2, R, 1, -1, 1, standard::mget),
-    spec!("mset", -3, W, 1, -1, 2, standard::mset),
+    spec!("mset", -3, WD, 1, -1, 2, standard::mset),
     spec!("del", -2, W, 1, -1, 1, standard::del),
     spec!("exists", -2, R, 1, -1, 1, standard::exists),
     spec!("strlen", 2, R, 1, 1, 1, standard::strlen),
     spec!("type", 2, R, 1, 1, 1, standard::type_),
     spec!("dbsize", 1, R, 0, 0, 0, standard::dbsize),
-    spec!("scan", -2, R, 0, 0, 0, standard::scan),
+    spec!("scan", -2, RO, 0, 0, 0, standard::scan),
     spec!("ping", -1, F, 0, 0, 0, admin::ping),
-    spec!("echo", 2, F, 0, 0, 0, admin::echo),
+    spec!("echo", 2, LSF, 0, 0, 0, admin::echo),
     spec!("hello", -1, A, 0, 0, 0, admin::hello),
     spec!("auth", -2, A, 0, 0, 0, admin::auth),
-    spec!("select", 2, F, 0, 0, 0, admin::select),
-    spec!("info", -1, F, 0, 0, 0, admin::info),
-    spec!("config", -2, F, 0, 0, 0, admin::config),
-    spec!("client", -2, F, 0, 0, 0, admin::client),
-    spec!("command", -1, F, 0, 0, 0, admin::command),
+    spec!("select", 2, LSF, 0, 0, 0, admin::select),
+    spec!("info", -1, LS, 0, 0, 0, admin::info),
+    spec!("config", -2, NONE, 0, 0, 0, admin::config),
+    spec!("client", -2, NONE, 0, 0, 0, admin::client),
+    spec!("command", -1, LS, 0, 0, 0, admin::command),
     spec!("quit", -1, A, 0, 0, 0, admin::quit),
-    spec!("shutdown", -1, W, 0, 0, 0, admin::shutdown),
+    spec!("shutdown", -1, SHUT, 0, 0, 0, admin::shutdown),
+    spec!("flushall", -1, W, 0, 0, 0, standard::flushall),
+    spec!("flushdb", -1, W, 0, 0, 0, standard::flushall),
 ];
 
 /// Index of the command named `name` (any case).
@@ -198,11 +222,26 @@ fn unknown_command(args: &Args) -> String {
     msg
 }
 
-/// Runs one request; returns the command's index (None if unknown) and what to do next.
-pub fn dispatch(ctx: &mut Ctx, args: &Args) -> (Option<usize>, Flow) {
-    let Some(idx) = lookup(args.get(0)) else {
+/// Index (plus one) of the subcommand `args[1]` of command `idx` in its subcommand list, 0 if
+/// it has none (for CLIENT LIST's `cmd=client|list`).
+pub fn subcommand(idx: Option<usize>, args: &Args) -> usize {
+    let Some(name) = idx.map(|i| COMMANDS[i].name) else {
+        return 0;
+    };
+    if args.len() < 2 {
+        return 0;
+    }
+    admin::subcommands(name)
+        .iter()
+        .position(|s| args.is(1, s))
+        .map_or(0, |i| i + 1)
+}
+
+/// Runs one request, `idx` being its command's index (None if unknown).
+pub fn dispatch(ctx: &mut Ctx, args: &Args, idx: Option<usize>) -> Flow {
+    let Some(idx) = idx else {
         ctx.out.error(&unknown_command(args));
-        return (None, Flow::Continue);
+        return Flow::Continue;
     };
     let spec = &COMMANDS[idx];
     let n = args.len() as i64;
@@ -211,17 +250,17 @@ pub fn dispatch(ctx: &mut Ctx, args: &Args) -> (Option<usize>, Flow) {
             "ERR wrong number of arguments for '{}' command",
             spec.name
         ));
-        return (Some(idx), Flow::Continue);
+        return Flow::Continue;
     }
-    if !ctx.conn.authenticated && !spec.flags.contains(&"no-auth") {
+    if !ctx.conn.authenticated && !spec.flags.contains(&"no_auth") {
         ctx.out.error("NOAUTH Authentication required.");
-        return (Some(idx), Flow::Continue);
+        return Flow::Continue;
     }
     match (spec.handler)(ctx, args) {
-        Ok(flow) => (Some(idx), flow),
+        Ok(flow) => flow,
         Err(msg) => {
             ctx.out.error(&msg);
-            (Some(idx), Flow::Continue)
+            Flow::Continue
         }
     }
 }

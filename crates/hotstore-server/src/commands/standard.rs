@@ -218,3 +218,43 @@ pub fn scan(ctx: &mut Ctx, args: &Args) -> CmdResult {
     }
     Ok(Flow::Continue)
 }
+
+/// FLUSHALL / FLUSHDB [ASYNC|SYNC] (one database: the same): removes every key, fragments
+/// included, each as DEL would (a durable removal; an event goes with its last fragment, a
+/// claimed one once its claim settles). Refused when the server runs with `disable-flush`, so
+/// a production buffer cannot be emptied by a stray command.
+pub fn flushall(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    match args.len() {
+        1 => {}
+        2 if args.is(1, "async") || args.is(1, "sync") => {}
+        _ => return Err("ERR syntax error".into()),
+    }
+    if ctx.shared.config.disable_flush {
+        return Err(format!(
+            "ERR {} is disabled on this server (disable-flush): it holds a DAQ buffer; \
+             restart it without --disable-flush to allow it",
+            String::from_utf8_lossy(args.get(0)).to_uppercase()
+        ));
+    }
+    const BATCH: usize = 1024;
+    let mut from = Vec::new();
+    loop {
+        let batch = ctx.shared.store.range_keys(&from, None, BATCH);
+        for (key, _) in &batch {
+            ctx.shared
+                .store
+                .remove(key, Durability::Memory)
+                .map_err(|e| reply_error(&e))?;
+        }
+        match batch.last() {
+            Some((last, _)) if batch.len() == BATCH => {
+                from = last.clone();
+                from.push(0); // the next key after it
+            }
+            _ => break,
+        }
+    }
+    wrote(ctx, None);
+    ctx.out.ok();
+    Ok(Flow::Continue)
+}

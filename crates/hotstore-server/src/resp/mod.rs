@@ -3,7 +3,7 @@
 pub mod parse;
 pub mod reply;
 
-pub use parse::{fuzz_check, parse_request, Limits, Parsed, ProtocolError};
+pub use parse::{fuzz_check, parse_request, Limits, Parsed, ProtocolError, FREE_ARGS};
 pub use reply::Reply;
 
 /// Encodes a request as clients send it: an array of bulk strings (for tests and tools that

@@ -49,10 +49,15 @@ impl<'a> Reply<'a> {
     /// An error; `msg` starts with its code (`ERR ...`, `NOAUTH ...`). Line breaks in the
     /// message are replaced by spaces, as Redis does.
     pub fn error(&mut self, msg: &str) {
+        self.error_bytes(msg.as_bytes());
+    }
+
+    /// An error whose text need not be UTF-8 (`got '\xff'` in a protocol error).
+    pub fn error_bytes(&mut self, msg: &[u8]) {
         self.out.push(b'-');
         self.out.extend(
-            msg.bytes()
-                .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+            msg.iter()
+                .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
         );
         self.out.extend_from_slice(b"\r\n");
     }
