@@ -25,6 +25,7 @@ mod verify;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hotstore::Durability;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use util::{CliError, CliResult, EXIT_ERROR};
@@ -195,18 +196,23 @@ fn main() -> ExitCode {
     // the server runs (no socket exists yet here) and restore the default once it has stopped;
     // their stdout writes while it runs tolerate EPIPE. `record` installs handlers for SIGUSR1,
     // SIGINT and SIGTERM only, so this setting holds for it.
-    if cli.command.serves_network() {
+    let serves = cli.command.serves_network();
+    if serves {
         util::sigpipe_ignore();
     }
     let result = run(cli);
-    // Every server handle has been dropped (and so stopped) by now: restore the default before
-    // reporting an error that a server command returned.
-    util::sigpipe_default();
+    // A server keeps SIGPIPE ignored to the end. Fix (found by CI under load): it restored the
+    // default here, and when its reader had gone before the start-up lines were written, the
+    // bytes stdout still buffered were flushed at exit into the closed pipe: killed by SIGPIPE.
     match result {
         Ok(code) => code,
         Err(CliError::BrokenPipe) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            // Not eprintln!, which panics if stderr is a closed pipe too.
+            let _ = writeln!(std::io::stderr(), "error: {e}");
+            if serves {
+                util::sigpipe_default();
+            }
             ExitCode::from(EXIT_ERROR)
         }
     }
