@@ -501,7 +501,8 @@ fn pipelines_one_round_trip_and_windowed() {
         assert_eq!(r.len(), 5);
         assert!(matches!(r[0], Err(Error::Late(_))), "{:?}", r[0]);
         assert!(r[1].is_ok());
-        assert!(matches!(r[2], Err(Error::ClaimLost(_) | Error::NoEvent(_))));
+        // Event 1:42 was acknowledged above: a stale token on it is told so (issue 16).
+        assert!(matches!(r[2], Err(Error::Acked(_))), "{:?}", r[2]);
         assert!(r[3].is_ok(), "{:?}", r[3]);
         assert!(matches!(r[4], Err(Error::Late(_))));
     }
