@@ -181,31 +181,8 @@ impl Inner {
                 let Some((prefix, e)) = ev.pop_ready(&shard.keys, &mut shard.events, no) else {
                     continue;
                 };
-                let p = prefix.as_bytes();
-                ev.leave_state(e);
-                let claim = ev.new_claim(p, lease);
-                let since = Instant::now();
-                e.state = State::Claimed;
-                e.deliveries = e.deliveries.saturating_add(1);
-                e.holder = Some(Box::new(super::Holder {
-                    claim,
-                    consumer: consumer.clone(),
-                    since,
-                    until: since + lease,
-                }));
-                ev.enter_state(e);
-                return Ok(Some(Claim {
-                    inner: self.clone(),
-                    token: ClaimToken {
-                        event: EventId::from_prefix(p),
-                        claim,
-                    },
-                    fragments: e.fragments,
-                    bytes: e.bytes,
-                    incomplete: e.incomplete,
-                    lease_until: Instant::now() + lease,
-                    settled: false,
-                }));
+                let id = EventId::from_prefix(prefix.as_bytes());
+                return Ok(Some(self.take_claim(e, id, consumer.clone(), lease)));
             }
             let Some(deadline) = deadline else {
                 return Ok(None);
@@ -309,30 +286,40 @@ impl Inner {
                 e.public_state()
             )));
         }
+        Ok(self.take_claim(e, id.clone(), consumer.into(), lease))
+    }
+
+    /// Makes event `id` (its entry `e`, under its shard's lock, counted in its old state)
+    /// CLAIMED by `consumer` for `lease`: one more delivery, a new claim number and lease.
+    fn take_claim(
+        self: &Arc<Self>,
+        e: &mut super::EventEntry,
+        id: EventId,
+        consumer: Arc<str>,
+        lease: Duration,
+    ) -> Claim {
+        let ev = &self.events;
         ev.leave_state(e);
-        let claim = ev.new_claim(p, lease);
+        let claim = ev.new_claim(id.as_bytes(), lease);
         let since = Instant::now();
         e.state = State::Claimed;
         e.deliveries = e.deliveries.saturating_add(1);
         e.holder = Some(Box::new(super::Holder {
             claim,
-            consumer: consumer.into(),
+            consumer,
             since,
             until: since + lease,
         }));
         ev.enter_state(e);
-        Ok(Claim {
+        Claim {
             inner: self.clone(),
-            token: ClaimToken {
-                event: id.clone(),
-                claim,
-            },
+            token: ClaimToken { event: id, claim },
             fragments: e.fragments,
             bytes: e.bytes,
             incomplete: e.incomplete,
             lease_until: since + lease,
             settled: false,
-        })
+        }
     }
 }
 
