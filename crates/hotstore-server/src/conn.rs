@@ -559,9 +559,11 @@ where
             None => WAIT_SLICE,
         };
         let store = shared.store.clone();
-        let (consumer, lease) = (w.consumer.clone(), w.lease);
-        let mut task =
-            tokio::task::spawn_blocking(move || store.next_event_wait(&consumer, lease, slice));
+        let (consumer, group, lease) = (w.consumer.clone(), w.group.clone(), w.lease);
+        let mut task = tokio::task::spawn_blocking(move || match group {
+            Some(g) => store.next_event_in_wait(&g, &consumer, lease, slice),
+            None => store.next_event_wait(&consumer, lease, slice),
+        });
         let got = loop {
             // Pipelined requests that arrive meanwhile stay in the buffer for later.
             let room = inbuf.capacity() > inbuf.len();
@@ -583,6 +585,7 @@ where
                 let batch = commands::Batch {
                     count: w.count,
                     consumer: &w.consumer,
+                    group: w.group.as_deref(),
                     lease: w.lease,
                 };
                 commands::write_claims(shared, state, &mut reply, claim, &batch);

@@ -41,6 +41,7 @@ pub fn reply_error(e: &StoreError) -> String {
         StoreError::ClaimLost { .. } => "CLAIMLOST",
         StoreError::NoSuchEvent(_) => "NOEVENT",
         StoreError::EventAcknowledged(_) => "ACKED",
+        StoreError::NoSuchGroup(_) => "NOGROUP",
         StoreError::Io { .. }
         | StoreError::Poisoned(_)
         | StoreError::ChecksumMismatch { .. }
@@ -58,6 +59,7 @@ pub fn error_kind(reply: &str) -> &'static str {
         "CLAIMLOST" => "claimlost",
         "NOEVENT" => "noevent",
         "ACKED" => "acked",
+        "NOGROUP" => "nogroup",
         "IOERR" => "io",
         "NOAUTH" | "WRONGPASS" => "auth",
         _ => "request",

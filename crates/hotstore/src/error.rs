@@ -180,6 +180,9 @@ pub enum Error {
     /// The event was acknowledged and can no longer change state this way.
     #[error("event {0} was already acknowledged")]
     EventAcknowledged(String),
+    /// No consumer group has this name.
+    #[error("no consumer group `{0}` (create it first: Store::create_group, EVENT.GROUP CREATE)")]
+    NoSuchGroup(String),
     /// A reservation was committed with a different length than reserved, or similar misuse.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -40,8 +40,8 @@ mod verify;
 
 pub use error::{Error, Result};
 pub use events::{
-    Ack, Claim, ClaimToken, EventCounts, EventId, EventInfo, EventPolicy, EventState, PendingClaim,
-    MAX_EXPECTED_FRAGMENTS,
+    Ack, Claim, ClaimToken, ConsumerInfo, EventCounts, EventId, EventInfo, EventPolicy, EventState,
+    GroupInfo, PendingClaim, MAX_EXPECTED_FRAGMENTS, MAX_GROUPS, MAX_GROUP_NAME,
 };
 pub use key::{FragmentKey, KeyField, KeyLayout, MAX_KEY_LEN};
 pub use medium::{free_space_bytes, Domain};

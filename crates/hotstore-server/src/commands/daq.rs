@@ -17,7 +17,7 @@ const DEFAULT_RANGE_LIMIT: usize = 1000;
 /// Most claims one EVENT.NEXT COUNT hands out, and most tokens one EVENT.ACK takes.
 pub const MAX_BATCH: usize = 10_000;
 const NEXT_SYNTAX: &str =
-    "ERR syntax error (EVENT.NEXT [LEASE ms] [BLOCK ms] [CONSUMER name] [COUNT n])";
+    "ERR syntax error (EVENT.NEXT [LEASE ms] [BLOCK ms] [CONSUMER name] [COUNT n] [GROUP name])";
 
 fn layout<'s>(ctx: &Ctx<'s, '_>) -> &'s KeyLayout {
     ctx.shared.store.layout()
@@ -173,6 +173,7 @@ pub fn event_next(ctx: &mut Ctx, args: &Args) -> CmdResult {
     let mut block: Option<u64> = None;
     let mut consumer = None;
     let mut count = None;
+    let mut group = None;
     let mut i = 1;
     while i < args.len() {
         if i + 1 >= args.len() {
@@ -184,6 +185,8 @@ pub fn event_next(ctx: &mut Ctx, args: &Args) -> CmdResult {
             block = Some(millis(args, i + 1, "BLOCK")?);
         } else if args.is(i, "consumer") {
             consumer = Some(args.str(i + 1)?.to_string());
+        } else if args.is(i, "group") {
+            group = Some(args.str(i + 1)?.to_string());
         } else if args.is(i, "count") {
             count = Some(
                 args.u64(i + 1)
@@ -198,16 +201,12 @@ pub fn event_next(ctx: &mut Ctx, args: &Args) -> CmdResult {
         i += 2;
     }
     let consumer = consumer.unwrap_or_else(|| ctx.conn.consumer());
-    match ctx
-        .shared
-        .store
-        .next_event(&consumer, lease)
-        .map_err(|e| reply_error(&e))?
-    {
+    match claim_next(ctx.shared, group.as_deref(), &consumer, lease).map_err(|e| reply_error(&e))? {
         Some(claim) => {
             let batch = Batch {
                 count,
                 consumer: &consumer,
+                group: group.as_deref(),
                 lease,
             };
             write_claims(ctx.shared, ctx.conn, ctx.out, claim, &batch);
@@ -220,6 +219,7 @@ pub fn event_next(ctx: &mut Ctx, args: &Args) -> CmdResult {
             }
             Some(ms) => Ok(Flow::WaitEvent(WaitEvent {
                 consumer,
+                group,
                 lease,
                 count,
                 deadline: (ms > 0).then(|| Instant::now() + Duration::from_millis(ms)),
@@ -228,10 +228,24 @@ pub fn event_next(ctx: &mut Ctx, args: &Args) -> CmdResult {
     }
 }
 
+/// Claims the next event of consumer group `group`, or of the default queue.
+pub fn claim_next(
+    shared: &Shared,
+    group: Option<&str>,
+    consumer: &str,
+    lease: Duration,
+) -> hotstore::Result<Option<Claim>> {
+    match group {
+        Some(g) => shared.store.next_event_in(g, consumer, lease),
+        None => shared.store.next_event(consumer, lease),
+    }
+}
+
 /// What one EVENT.NEXT asked for: with `count`, a reply of up to that many claims.
 pub struct Batch<'a> {
     pub count: Option<usize>,
     pub consumer: &'a str,
+    pub group: Option<&'a str>,
     pub lease: Duration,
 }
 
@@ -249,7 +263,7 @@ pub fn write_claims(
     };
     let mut claims = vec![first];
     while claims.len() < count {
-        match shared.store.next_event(batch.consumer, batch.lease) {
+        match claim_next(shared, batch.group, batch.consumer, batch.lease) {
             Ok(Some(c)) => claims.push(c),
             // An error after the first claim ends the batch; the next EVENT.NEXT reports it.
             _ => break,
@@ -311,7 +325,7 @@ fn token_at(args: &Args, i: usize) -> Result<(String, ClaimToken), String> {
 }
 
 const ACK_SYNTAX: &str =
-    "ERR EVENT.ACK token [token ...] REMOVE|KEEP [DURABILITY memory|persisted]";
+    "ERR EVENT.ACK token [token ...] REMOVE|KEEP [DURABILITY memory|persisted] [GROUP name]";
 
 /// EVENT.ACK token [token ...] REMOVE|KEEP [DURABILITY d]: one token answers +OK or an error;
 /// several answer an array with one +OK or error per token, in order. However many, the
@@ -329,13 +343,60 @@ pub fn event_ack(ctx: &mut Ctx, args: &Args) -> CmdResult {
     if tokens > MAX_BATCH {
         return Err(format!("ERR at most {MAX_BATCH} tokens in one EVENT.ACK"));
     }
-    let durability = durability_option(args, at + 1)?;
-    let mut results = Vec::with_capacity(tokens);
+    // Options after REMOVE|KEEP: DURABILITY d, GROUP name (checks that every token is that
+    // group's: a token names its group, so this guards against mixing up consumers).
+    let mut durability = None;
+    let mut group = None;
+    let mut i = at + 1;
+    while i < args.len() {
+        if args.is(i, "group") && i + 1 < args.len() {
+            group = Some(args.str(i + 1)?);
+            i += 2;
+        } else if args.is(i, "durability") && i + 1 < args.len() {
+            durability = Some(
+                args.str(i + 1)?
+                    .to_ascii_lowercase()
+                    .parse::<Durability>()
+                    .map_err(|e| format!("ERR {e}"))?,
+            );
+            i += 2;
+        } else {
+            return Err(ACK_SYNTAX.into());
+        }
+    }
+    let group_id = match group {
+        Some(name) => Some(
+            ctx.shared
+                .store
+                .groups()
+                .into_iter()
+                .find(|g| g.name == name)
+                .map(|g| g.id)
+                .ok_or_else(|| reply_error(&hotstore::Error::NoSuchGroup(name.to_string())))?,
+        ),
+        None => None,
+    };
+    let mut parsed = Vec::with_capacity(tokens);
     for i in 1..at {
         let (text, token) = token_at(args, i)?;
-        let result = ctx.shared.store.ack(&token, ack, Durability::Memory);
         ctx.conn.claims.remove(&text);
-        results.push(result.map_err(|e| reply_error(&e)));
+        parsed.push(token);
+    }
+    // Tokens of another group answer an error of their own; the others are acknowledged.
+    let (mine, foreign): (Vec<usize>, Vec<usize>) =
+        (0..parsed.len()).partition(|&i| group_id.is_none_or(|id| parsed[i].group == id));
+    let batch: Vec<ClaimToken> = mine.iter().map(|&i| parsed[i].clone()).collect();
+    let acked = ctx.shared.store.ack_many(&batch, ack, Durability::Memory);
+    let mut results: Vec<Result<(), String>> = vec![Ok(()); parsed.len()];
+    for (&i, r) in mine.iter().zip(acked) {
+        results[i] = r.map_err(|e| reply_error(&e));
+    }
+    for i in foreign {
+        results[i] = Err(format!(
+            "ERR the claim {} belongs to another group than {}",
+            parsed[i],
+            group.unwrap_or_default()
+        ));
     }
     if results.iter().any(|r| r.is_ok()) {
         wrote(ctx, durability);
@@ -355,51 +416,73 @@ pub fn event_ack(ctx: &mut Ctx, args: &Args) -> CmdResult {
     Ok(Flow::Continue)
 }
 
-/// EVENT.CLAIM run event [LEASE ms] [CONSUMER name]: claims a poisoned event by its id;
-/// the reply is EVENT.NEXT's.
+/// EVENT.CLAIM run event [LEASE ms] [CONSUMER name] [GROUP name]: claims a poisoned event by
+/// its id (in the default queue, or in the group); the reply is EVENT.NEXT's.
 pub fn event_claim(ctx: &mut Ctx, args: &Args) -> CmdResult {
     let layout = layout(ctx);
     let n = layout.event_fields();
-    let syntax = || "ERR syntax error (EVENT.CLAIM <event fields> [LEASE ms] [CONSUMER name])";
+    let syntax =
+        || "ERR syntax error (EVENT.CLAIM <event fields> [LEASE ms] [CONSUMER name] [GROUP name])";
     if args.len() < 1 + n || !(args.len() - 1 - n).is_multiple_of(2) {
         return Err(syntax().into());
     }
     let id = event_arg(layout, args)?;
     let mut lease = DEFAULT_LEASE;
     let mut consumer = None;
+    let mut group = None;
     for i in (1 + n..args.len()).step_by(2) {
         if args.is(i, "lease") {
             lease = Duration::from_millis(millis(args, i + 1, "LEASE")?.max(1));
         } else if args.is(i, "consumer") {
             consumer = Some(args.str(i + 1)?.to_string());
+        } else if args.is(i, "group") {
+            group = Some(args.str(i + 1)?);
         } else {
             return Err(syntax().into());
         }
     }
     let consumer = consumer.unwrap_or_else(|| ctx.conn.consumer());
-    let claim = ctx
-        .shared
-        .store
-        .claim_event(&id, &consumer, lease)
-        .map_err(|e| reply_error(&e))?;
+    let store = &ctx.shared.store;
+    let claim = match group {
+        Some(g) => store.claim_event_in(g, &id, &consumer, lease),
+        None => store.claim_event(&id, &consumer, lease),
+    }
+    .map_err(|e| reply_error(&e))?;
     write_claim(ctx.shared, ctx.conn, ctx.out, claim);
     Ok(Flow::Continue)
 }
 
-/// EVENT.PENDING [COUNT n]: the claims held now, oldest first, each as `[token, consumer,
-/// held ms, lease left ms, deliveries]`.
+/// EVENT.PENDING [COUNT n] [GROUP name]: the claims held now (of the default queue, or of
+/// the group), oldest first, each as `[token, consumer, held ms, lease left ms, deliveries]`.
 pub fn event_pending(ctx: &mut Ctx, args: &Args) -> CmdResult {
-    let limit = match args.len() {
-        1 => DEFAULT_RANGE_LIMIT,
-        3 if args.is(1, "count") => {
-            args.u64(2)
+    let syntax = || "ERR syntax error (EVENT.PENDING [COUNT n] [GROUP name])";
+    let mut limit = DEFAULT_RANGE_LIMIT;
+    let mut group = None;
+    if args.len().is_multiple_of(2) {
+        return Err(syntax().into());
+    }
+    for i in (1..args.len()).step_by(2) {
+        if args.is(i, "count") {
+            limit = args
+                .u64(i + 1)
                 .ok()
                 .filter(|n| (1..=MAX_BATCH as u64).contains(n))
-                .ok_or_else(|| format!("ERR COUNT must be 1 to {MAX_BATCH}"))? as usize
+                .ok_or_else(|| format!("ERR COUNT must be 1 to {MAX_BATCH}"))?
+                as usize;
+        } else if args.is(i, "group") {
+            group = Some(args.str(i + 1)?);
+        } else {
+            return Err(syntax().into());
         }
-        _ => return Err("ERR syntax error (EVENT.PENDING [COUNT n])".into()),
+    }
+    let pending = match group {
+        Some(g) => ctx
+            .shared
+            .store
+            .pending_in(g, limit)
+            .map_err(|e| reply_error(&e))?,
+        None => ctx.shared.store.pending(limit),
     };
-    let pending = ctx.shared.store.pending(limit);
     let out = &mut *ctx.out;
     out.array(pending.len());
     for p in pending {
@@ -409,6 +492,85 @@ pub fn event_pending(ctx: &mut Ctx, args: &Args) -> CmdResult {
         out.int(p.held.as_millis() as i64);
         out.int(p.lease_left.as_millis() as i64);
         out.int(i64::from(p.deliveries));
+    }
+    Ok(Flow::Continue)
+}
+
+/// EVENT.GROUP CREATE name [REQUIRED|OPTIONAL] | EVENT.GROUP DESTROY name.
+pub fn event_group(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let syntax = || {
+        "ERR syntax error (EVENT.GROUP CREATE name [REQUIRED|OPTIONAL] | EVENT.GROUP DESTROY name)"
+    };
+    let store = &ctx.shared.store;
+    let name = args.str(2)?;
+    let result = if args.is(1, "create") {
+        let required = match args.len() {
+            3 => true,
+            4 if args.is(3, "required") => true,
+            4 if args.is(3, "optional") => false,
+            _ => return Err(syntax().into()),
+        };
+        store.create_group(name, required)
+    } else if args.is(1, "destroy") && args.len() == 3 {
+        store.destroy_group(name)
+    } else {
+        return Err(syntax().into());
+    };
+    result.map_err(|e| reply_error(&e))?;
+    ctx.out.ok();
+    Ok(Flow::Continue)
+}
+
+/// EVENT.GROUPS: every group as a flat field/value array (as XINFO GROUPS).
+pub fn event_groups(ctx: &mut Ctx, _args: &Args) -> CmdResult {
+    let groups = ctx.shared.store.groups();
+    let out = &mut *ctx.out;
+    let ms = |d: Option<Duration>| d.map_or(-1, |d| d.as_millis() as i64);
+    out.array(groups.len());
+    for g in groups {
+        out.array(20);
+        out.bulk(b"name");
+        out.bulk(g.name.as_bytes());
+        out.bulk(b"required");
+        out.int(i64::from(g.required));
+        out.bulk(b"consumers");
+        out.int(g.consumers as i64);
+        out.bulk(b"pending");
+        out.int(g.pending as i64);
+        out.bulk(b"lag");
+        out.int(g.lag as i64);
+        out.bulk(b"poisoned");
+        out.int(g.poisoned as i64);
+        out.bulk(b"delivered");
+        out.int(g.delivered_total as i64);
+        out.bulk(b"acked");
+        out.int(g.acked_total as i64);
+        out.bulk(b"oldest-waiting-ms");
+        out.int(ms(g.oldest_waiting));
+        out.bulk(b"oldest-pending-ms");
+        out.int(ms(g.oldest_pending));
+    }
+    Ok(Flow::Continue)
+}
+
+/// EVENT.CONSUMERS group: the group's consumers as flat field/value arrays (as XINFO
+/// CONSUMERS): name, pending, idle ms.
+pub fn event_consumers(ctx: &mut Ctx, args: &Args) -> CmdResult {
+    let consumers = ctx
+        .shared
+        .store
+        .consumers(args.str(1)?)
+        .map_err(|e| reply_error(&e))?;
+    let out = &mut *ctx.out;
+    out.array(consumers.len());
+    for c in consumers {
+        out.array(6);
+        out.bulk(b"name");
+        out.bulk(c.name.as_bytes());
+        out.bulk(b"pending");
+        out.int(c.pending as i64);
+        out.bulk(b"idle");
+        out.int(c.idle.as_millis() as i64);
     }
     Ok(Flow::Continue)
 }

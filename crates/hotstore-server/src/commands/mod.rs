@@ -33,6 +33,8 @@ pub enum Flow {
 pub struct WaitEvent {
     /// Consumer name recorded with the claim.
     pub consumer: String,
+    /// The consumer group claimed in (None: the default queue).
+    pub group: Option<String>,
     /// Lease of the claim.
     pub lease: Duration,
     /// EVENT.NEXT COUNT: reply with an array of up to this many claims.
@@ -174,6 +176,9 @@ pub static COMMANDS: &[Spec] = &[
     spec!("event.release", 2, W, 0, 0, 0, daq::event_release),
     spec!("event.pending", -1, R, 0, 0, 0, daq::event_pending),
     spec!("event.claim", -3, W, 0, 0, 0, daq::event_claim),
+    spec!("event.group", -3, W, 0, 0, 0, daq::event_group),
+    spec!("event.groups", 1, R, 0, 0, 0, daq::event_groups),
+    spec!("event.consumers", 2, R, 0, 0, 0, daq::event_consumers),
     spec!("event.range", -3, R, 0, 0, 0, daq::event_range),
     spec!("store.stats", 1, R, 0, 0, 0, daq::store_stats),
     spec!("record.trigger", -1, W, 0, 0, 0, record::trigger),

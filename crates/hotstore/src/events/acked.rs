@@ -147,6 +147,32 @@ impl AckedSet {
         self.ranges.insert(f1, l2);
     }
 
+    /// The intervals as `(first, last)` hex pairs (the persisted form).
+    pub(crate) fn to_hex_pairs(&self) -> Vec<(String, String)> {
+        self.ranges
+            .iter()
+            .map(|(f, l)| (super::hex(f), super::hex(l)))
+            .collect()
+    }
+
+    /// A set from `(first, last)` hex pairs of `prefix_len`-byte ids; `Err` says what is wrong.
+    pub(crate) fn from_hex_pairs(
+        pairs: &[(String, String)],
+        prefix_len: usize,
+    ) -> std::result::Result<AckedSet, String> {
+        let mut set = AckedSet::default();
+        for (f, l) in pairs {
+            let (Some(f), Some(l)) = (super::unhex(f), super::unhex(l)) else {
+                return Err("an interval bound is not hex".into());
+            };
+            if f.len() != prefix_len || l.len() != prefix_len || f > l {
+                return Err("an interval has bounds of the wrong length or order".into());
+            }
+            set.insert_range(&f, &l);
+        }
+        Ok(set)
+    }
+
     /// Reads the persisted set; empty if there is none.
     pub fn load(medium: &dyn Medium, prefix_len: usize) -> Result<AckedSet> {
         let Some(bytes) = medium.read_file(ACKED_FILE)? else {
@@ -163,19 +189,7 @@ impl AckedSet {
                 disk.version, disk.prefix_len
             )));
         }
-        let mut set = AckedSet::default();
-        for (f, l) in disk.ranges {
-            let (Some(f), Some(l)) = (super::unhex(&f), super::unhex(&l)) else {
-                return Err(bad("an interval bound is not hex".into()));
-            };
-            if f.len() != prefix_len || l.len() != prefix_len || f > l {
-                return Err(bad(
-                    "an interval has bounds of the wrong length or order".into()
-                ));
-            }
-            set.insert_range(&f, &l);
-        }
-        Ok(set)
+        AckedSet::from_hex_pairs(&disk.ranges, prefix_len).map_err(bad)
     }
 
     /// Replaces the persisted set with this one, atomically and durably.
@@ -183,11 +197,7 @@ impl AckedSet {
         let disk = OnDisk {
             version: ACKED_VERSION,
             prefix_len,
-            ranges: self
-                .ranges
-                .iter()
-                .map(|(f, l)| (super::hex(f), super::hex(l)))
-                .collect(),
+            ranges: self.to_hex_pairs(),
         };
         let bytes = serde_json::to_vec(&disk).map_err(|e| Error::BadMetadata {
             path: medium.path().join(ACKED_FILE),

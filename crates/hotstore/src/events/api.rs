@@ -72,8 +72,10 @@ impl Store {
     /// offering them again (0: never park, the default). Counted in memory, like leases: after
     /// a restart a parked event is READY again and its count starts at 0.
     pub fn set_max_deliveries(&self, max: u32) {
-        self.inner
-            .events
+        let ev = &self.inner.events;
+        ev.max_deliveries
+            .store(max, std::sync::atomic::Ordering::Relaxed);
+        ev.groups
             .max_deliveries
             .store(max, std::sync::atomic::Ordering::Relaxed);
     }
@@ -98,6 +100,7 @@ impl Store {
                         token: ClaimToken {
                             event: EventId::from_prefix(k.as_bytes()),
                             claim: h.claim,
+                            group: 0,
                         },
                         consumer: h.consumer.to_string(),
                         held: now.saturating_duration_since(h.since),

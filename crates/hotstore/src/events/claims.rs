@@ -23,18 +23,25 @@ pub enum Ack {
 }
 
 /// Names one claim on one event: what `ack` and `release` take. Printable and parseable
-/// (`<event prefix hex>:<claim number>`) so a server can hand it to a remote consumer.
+/// (`<event prefix hex>:<claim number>`, and `:<group id>` for a group's claim) so a server
+/// can hand it to a remote consumer.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct ClaimToken {
     /// The claimed event.
     pub event: EventId,
     /// The claim's number (unique within one open store).
     pub claim: u64,
+    /// The consumer group that holds it (its id, never reused); 0 for the default queue.
+    pub group: u32,
 }
 
 impl fmt::Display for ClaimToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", super::hex(self.event.as_bytes()), self.claim)
+        write!(f, "{}:{}", super::hex(self.event.as_bytes()), self.claim)?;
+        if self.group != 0 {
+            write!(f, ":{}", self.group)?;
+        }
+        Ok(())
     }
 }
 
@@ -47,14 +54,23 @@ impl fmt::Debug for ClaimToken {
 impl FromStr for ClaimToken {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        let bad = || Error::InvalidArgument(format!("`{s}` is not a claim token (hex:number)"));
-        let (prefix, claim) = s.split_once(':').ok_or_else(bad)?;
+        let bad = || {
+            Error::InvalidArgument(format!(
+                "`{s}` is not a claim token (hex:number or hex:number:group)"
+            ))
+        };
+        let (prefix, rest) = s.split_once(':').ok_or_else(bad)?;
+        let (claim, group) = match rest.split_once(':') {
+            Some((c, g)) => (c, g.parse().map_err(|_| bad())?),
+            None => (rest, 0),
+        };
         let prefix = super::unhex(prefix)
             .filter(|p| !p.is_empty())
             .ok_or_else(bad)?;
         Ok(ClaimToken {
             event: EventId::from_prefix(&prefix),
             claim: claim.parse().map_err(|_| bad())?,
+            group,
         })
     }
 }
@@ -168,6 +184,7 @@ impl Inner {
             ));
         }
         self.check_poisoned()?;
+        self.check_no_groups()?;
         let deadline = wait.map(|w| Instant::now() + w);
         let consumer: Arc<str> = consumer.into();
         let ev = &self.events;
@@ -197,6 +214,9 @@ impl Inner {
 
     /// Settles a claim with an acknowledgement, durably as asked.
     pub(crate) fn ack(&self, token: &ClaimToken, ack: Ack, durability: Durability) -> Result<()> {
+        if token.group != 0 {
+            return self.group_ack(token, ack, durability, true).map(|_| ());
+        }
         // Expired leases are noticed here too, not only by the next claim: a claim past its
         // lease is lost even if nothing else ran since.
         self.events.sweep(&self.index, Instant::now());
@@ -214,6 +234,9 @@ impl Inner {
 
     /// Gives a claimed event back: READY again, in its old place.
     pub(crate) fn release(&self, token: &ClaimToken) -> Result<()> {
+        if token.group != 0 {
+            return self.group_release(token);
+        }
         self.events.sweep(&self.index, Instant::now());
         let p = token.event.as_bytes();
         if p.len() != self.events.prefix_len {
@@ -267,6 +290,7 @@ impl Inner {
         }
         self.check_event_id(id)?;
         self.check_poisoned()?;
+        self.check_no_groups()?;
         let ev = &self.events;
         ev.track(&self.index);
         ev.sweep(&self.index, Instant::now());
@@ -313,7 +337,11 @@ impl Inner {
         ev.enter_state(e);
         Claim {
             inner: self.clone(),
-            token: ClaimToken { event: id, claim },
+            token: ClaimToken {
+                event: id,
+                claim,
+                group: 0,
+            },
             fragments: e.fragments,
             bytes: e.bytes,
             incomplete: e.incomplete,

@@ -35,18 +35,22 @@
 pub(crate) mod acked;
 mod api;
 mod claims;
+mod group_api;
+pub(crate) mod groups;
 pub(crate) mod policy;
 mod ready;
 pub(crate) mod rebuild;
 mod records;
 
 pub use claims::{Ack, Claim, ClaimToken};
+pub use groups::{ConsumerInfo, GroupInfo, MAX_GROUPS, MAX_GROUP_NAME};
 pub use policy::{EventPolicy, MAX_EXPECTED_FRAGMENTS};
 
 use crate::index::{IndexKey, Loc, SHARDS};
 use crate::key::KeyLayout;
 use crate::segment::Segment;
 use acked::AckedSet;
+use groups::Groups;
 use parking_lot::{Condvar, Mutex, RwLock};
 use policy::Policies;
 use ready::ReadyQueue;
@@ -434,10 +438,18 @@ pub(crate) struct Events {
     /// Deliveries after which an event that comes back unacknowledged is parked (0: never).
     pub(crate) max_deliveries: AtomicU32,
     counters: Counters,
+    /// Consumer groups; while there are any, READY events go to their log, not to the
+    /// shards' queues.
+    pub(crate) groups: Groups,
 }
 
 impl Events {
-    pub(crate) fn new(layout: &KeyLayout, policies: Policies, acked: AckedSet) -> Self {
+    pub(crate) fn new(
+        layout: &KeyLayout,
+        policies: Policies,
+        acked: AckedSet,
+        groups: Groups,
+    ) -> Self {
         let first = layout.fields()[0].width_bytes;
         let events = Events {
             prefix_len: layout.event_prefix_len(),
@@ -461,6 +473,7 @@ impl Events {
             next_claim: AtomicU64::new(1),
             max_deliveries: AtomicU32::new(0),
             counters: Counters::default(),
+            groups,
         };
         events.set_policies(policies);
         events
@@ -647,6 +660,7 @@ impl Events {
             if fragment_counts(keys, prefix, self.fragment_len).0 == 0 {
                 self.counters.ready.fetch_sub(1, Ordering::Relaxed);
                 self.one_stale(keys, shard);
+                self.groups.forget(&probe);
             }
             return None;
         };
@@ -660,6 +674,7 @@ impl Events {
         self.leave_state(&entry);
         if entry.state == State::Ready {
             self.one_stale(keys, shard);
+            self.groups.forget(&probe);
         }
         entry.mark.map(|m| *m)
     }
@@ -684,9 +699,7 @@ impl Events {
     fn push_implicit(&self, ready: &mut ReadyQueue, shard_no: usize, probe: IndexKey) {
         let seq = self.next_ready_seq.fetch_add(1, Ordering::Relaxed);
         self.counters.ready.fetch_add(1, Ordering::Relaxed);
-        ready.push(seq, probe);
-        self.publish_head(ready, shard_no);
-        self.notify_waiters();
+        self.queue(ready, shard_no, seq, probe);
     }
 
     /// Gives an implicit READY event of a tracked shard its entry (before a seal or an
@@ -783,14 +796,58 @@ impl Events {
         entry.incomplete |= incomplete;
         entry.state = State::Ready;
         self.enter_state(entry);
-        ready.push(seq, IndexKey::new(prefix));
-        self.publish_head(ready, shard_no);
+        self.queue(ready, shard_no, seq, IndexKey::new(prefix));
+    }
+
+    /// Offers READY event `prefix` (number `seq`): to the groups' log if the store has groups,
+    /// else in its shard's queue.
+    fn queue(&self, ready: &mut ReadyQueue, shard_no: usize, seq: u64, prefix: IndexKey) {
+        if self.groups.active() {
+            self.groups.append(seq, &prefix);
+        } else {
+            ready.push(seq, prefix);
+            self.publish_head(ready, shard_no);
+        }
         self.notify_waiters();
+    }
+
+    /// Puts READY event `prefix` back in its shard's queue under its number `seq` (the
+    /// groups' log returning to the default queue).
+    pub(crate) fn requeue(
+        &self,
+        shard: &mut ShardEvents,
+        shard_no: usize,
+        seq: u64,
+        prefix: IndexKey,
+    ) {
+        shard.ready.push(seq, prefix);
+        self.publish_head(&shard.ready, shard_no);
+    }
+
+    /// Events CLAIMED through the default queue now.
+    pub(crate) fn claimed_now(&self) -> u64 {
+        self.counters.claimed.load(Ordering::Relaxed)
+    }
+
+    /// A new claim number (claims of groups: their leases are the group's).
+    pub(crate) fn claim_number(&self) -> u64 {
+        self.next_claim.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Waits up to `until` while `idle()` (checked once registered as a waiter, so a
+    /// notification after it is not missed).
+    pub(crate) fn wait_while(&self, until: Instant, idle: impl Fn() -> bool) {
+        let mut g = self.ready_wait.lock();
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        if idle() {
+            self.ready_cv.wait_until(&mut g, until);
+        }
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Wakes waiting consumers, if any. SeqCst against the waiter's increment: either it sees
     /// the new head or we see it waiting.
-    fn notify_waiters(&self) {
+    pub(crate) fn notify_waiters(&self) {
         if self.waiters.load(Ordering::SeqCst) > 0 {
             let _g = self.ready_wait.lock();
             self.ready_cv.notify_all();
@@ -857,12 +914,7 @@ impl Events {
 
     /// Waits up to `until` for an event to become READY (or for a notification).
     pub(crate) fn wait_ready(&self, until: Instant) {
-        let mut g = self.ready_wait.lock();
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        if self.oldest_ready_shard().is_none() {
-            self.ready_cv.wait_until(&mut g, until);
-        }
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        self.wait_while(until, || self.oldest_ready_shard().is_none());
     }
 
     /// The count of entries in `entry`'s state.

@@ -68,7 +68,7 @@ pub(crate) fn rebuild(events: &Events, index: &Index, records: &[EventRecord]) {
             *newest = r;
         }
     }
-    let in_use = !marks.is_empty() || acked.intervals() > 0 || {
+    let in_use = !marks.is_empty() || acked.intervals() > 0 || events.groups.active() || {
         let p = events.policies.read();
         p.default != Policies::default().default || !p.runs.is_empty()
     };

@@ -158,6 +158,9 @@ impl Region for MemRegion {
 struct State {
     regions: BTreeMap<String, Arc<MemRegion>>,
     files: BTreeMap<String, Vec<u8>>,
+    /// Small files replaced without a sync: what a reader sees (before `files`) until a
+    /// power cut drops them; a process crash keeps them.
+    unsynced_files: BTreeMap<String, Vec<u8>>,
 }
 
 /// An in-memory, fault-injecting medium (see the module docs).
@@ -241,6 +244,7 @@ impl FaultMedium {
             state: Mutex::new(State {
                 regions,
                 files: state.files.clone(),
+                unsynced_files: BTreeMap::new(),
             }),
             faults,
             locked: Arc::new(Mutex::new(false)),
@@ -283,6 +287,7 @@ impl FaultMedium {
             state: Mutex::new(State {
                 regions,
                 files: state.files.clone(),
+                unsynced_files: state.unsynced_files.clone(),
             }),
             faults,
             locked: Arc::new(Mutex::new(false)),
@@ -357,6 +362,12 @@ impl Medium for FaultMedium {
             .regions
             .keys()
             .chain(state.files.keys())
+            .chain(
+                state
+                    .unsynced_files
+                    .keys()
+                    .filter(|k| !state.files.contains_key(*k)),
+            )
             .cloned()
             .collect())
     }
@@ -364,10 +375,16 @@ impl Medium for FaultMedium {
         let mut state = self.state.lock();
         state.regions.remove(name);
         state.files.remove(name);
+        state.unsynced_files.remove(name);
         Ok(())
     }
     fn read_file(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        Ok(self.state.lock().files.get(name).cloned())
+        let state = self.state.lock();
+        Ok(state
+            .unsynced_files
+            .get(name)
+            .or_else(|| state.files.get(name))
+            .cloned())
     }
     fn write_file(&self, name: &str, data: &[u8]) -> Result<()> {
         let n = self.faults.write_file_calls.fetch_add(1, Ordering::SeqCst) + 1;
@@ -383,9 +400,15 @@ impl Medium for FaultMedium {
                 std::io::Error::other("injected write failure"),
             ));
         }
+        let mut state = self.state.lock();
+        state.unsynced_files.remove(name);
+        state.files.insert(name.to_string(), data.to_vec());
+        Ok(())
+    }
+    fn write_file_unsynced(&self, name: &str, data: &[u8]) -> Result<()> {
         self.state
             .lock()
-            .files
+            .unsynced_files
             .insert(name.to_string(), data.to_vec());
         Ok(())
     }

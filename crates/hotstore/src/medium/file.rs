@@ -312,6 +312,13 @@ impl Medium for FileMedium {
         self.sync_dir()
     }
 
+    fn write_file_unsynced(&self, name: &str, data: &[u8]) -> Result<()> {
+        let path = self.file_path(name);
+        let tmp = self.file_path(&format!("{name}.tmp"));
+        std::fs::write(&tmp, data).map_err(|e| Error::io("write", &tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))
+    }
+
     fn lock(&self) -> Result<Box<dyn Any + Send + Sync>> {
         let path = self.file_path("LOCK");
         let f = OpenOptions::new()

@@ -89,6 +89,11 @@ pub trait Medium: Send + Sync + fmt::Debug {
     fn read_file(&self, name: &str) -> Result<Option<Vec<u8>>>;
     /// Atomically replaces a small file and makes it durable (temp file, sync, rename, sync dir).
     fn write_file(&self, name: &str, data: &[u8]) -> Result<()>;
+    /// Atomically replaces a small file without syncing it (temp file, rename): it survives
+    /// a crash of the process, not a power cut. Media that cannot tell the two apart sync.
+    fn write_file_unsynced(&self, name: &str, data: &[u8]) -> Result<()> {
+        self.write_file(name, data)
+    }
     /// Takes an exclusive lock on the directory for this process; released on drop.
     fn lock(&self) -> Result<Box<dyn Any + Send + Sync>>;
     /// How bulk records reach this medium's files: `direct` (their aligned interior by

@@ -1,6 +1,7 @@
 //! Opening a store: metadata, tiers, recovery, the lanes' active segments, maintenance.
 
 use super::*;
+use crate::events::groups::Groups;
 use crate::files::FileList;
 use crate::options::{RecoveryMode, MIN_SEGMENT_SIZE};
 
@@ -158,6 +159,7 @@ impl Store {
             &layout,
             Policies::load(&*tiers[0].medium)?,
             AckedSet::load(&*tiers[0].medium, layout.event_prefix_len())?,
+            Groups::load(&*tiers[0].medium, layout.event_prefix_len())?,
         );
         // Before any reclaim decision: removals kill fragments and marks become live.
         crate::events::rebuild::rebuild(&events, &index, &recovered.event_records);
@@ -219,6 +221,11 @@ impl Store {
         }
         for seg in &recovered.segments {
             inner.maybe_reclaim(seg);
+        }
+        // Events every required group had acknowledged when the store stopped, before the
+        // record that settles them was written (a crash between the two).
+        for prefix in inner.events.groups.settled() {
+            inner.settle_event(&prefix)?;
         }
         let worker = inner.clone();
         let maintenance = std::thread::Builder::new()
