@@ -190,6 +190,11 @@ pub struct Scrape<'a> {
     pub rejected: u64,
     /// The recorder's `RECORD.STATUS` counters, if the server runs beside one.
     pub recorder: Option<Vec<(&'static str, i64)>>,
+    /// The consumer groups, read now.
+    pub groups: &'a [hotstore::GroupInfo],
+    /// Age of the oldest READY and the oldest claimed event of the default queue.
+    pub oldest_ready: Option<std::time::Duration>,
+    pub oldest_claimed: Option<std::time::Duration>,
 }
 
 impl Metrics {
@@ -279,6 +284,8 @@ impl Metrics {
         render_store(&mut p, s.stats);
         render_tiers(&mut p, s.stats);
         render_events(&mut p, s.stats);
+        render_ages(&mut p, s);
+        render_groups(&mut p, s.groups);
         if let Some(r) = &s.recorder {
             render_recorder(&mut p, r);
         }
@@ -556,10 +563,99 @@ fn bool_str(b: bool) -> &'static str {
     }
 }
 
-/// Event families. What the engine does not track yet goes at the end of this function once
-/// `Stats` carries it: per consumer group (lag, acks, poisoned events) one `p.family(...)` and
-/// a `p.sample(&[("group", name)], v)` per group each; the age of the oldest READY and oldest
-/// claimed event one `p.single(...)` each (gauges in seconds, left out when there is none).
+/// How long the oldest READY and the oldest claimed event of the default queue have waited
+/// (left out when there is none; a store with groups has them per group).
+fn render_ages(p: &mut Page, s: &Scrape) {
+    if let Some(d) = s.oldest_ready {
+        p.single(
+            "hotstore_events_oldest_ready_seconds",
+            Kind::Gauge,
+            "How long the oldest READY event has waited for a consumer (an upper bound, \
+             within 1024 events)",
+            d.as_secs_f64(),
+        );
+    }
+    if let Some(d) = s.oldest_claimed {
+        p.single(
+            "hotstore_events_oldest_claimed_seconds",
+            Kind::Gauge,
+            "How long the oldest claim held now has been held",
+            d.as_secs_f64(),
+        );
+    }
+}
+
+/// Per consumer group: lag, claims, poisoned events, deliveries and acknowledgements (their
+/// rate is the group's ack rate), and the ages of its oldest waiting and claimed events.
+fn render_groups(p: &mut Page, groups: &[hotstore::GroupInfo]) {
+    if groups.is_empty() {
+        return;
+    }
+    type Get = fn(&hotstore::GroupInfo) -> f64;
+    let families: [(&str, Kind, &str, Get); 5] = [
+        (
+            "hotstore_group_lag",
+            Kind::Gauge,
+            "Events waiting to be offered to the group",
+            |g| g.lag as f64,
+        ),
+        (
+            "hotstore_group_pending",
+            Kind::Gauge,
+            "Claims the group's consumers hold now",
+            |g| g.pending as f64,
+        ),
+        (
+            "hotstore_group_poisoned",
+            Kind::Gauge,
+            "Events the group parked after --max-deliveries",
+            |g| g.poisoned as f64,
+        ),
+        (
+            "hotstore_group_delivered_total",
+            Kind::Counter,
+            "Claims handed to the group's consumers",
+            |g| g.delivered_total as f64,
+        ),
+        (
+            "hotstore_group_acked_total",
+            Kind::Counter,
+            "Acknowledgements the group made (its rate is the group's ack rate)",
+            |g| g.acked_total as f64,
+        ),
+    ];
+    for (name, kind, help, get) in families {
+        p.family(name, kind, help);
+        for g in groups {
+            p.sample(&[("group", &g.name)], get(g));
+        }
+    }
+    type Age = fn(&hotstore::GroupInfo) -> Option<std::time::Duration>;
+    let ages: [(&str, &str, Age); 2] = [
+        (
+            "hotstore_group_oldest_waiting_seconds",
+            "How long the oldest event waiting for the group has been READY",
+            |g| g.oldest_waiting,
+        ),
+        (
+            "hotstore_group_oldest_pending_seconds",
+            "How long the group's oldest claim has been held",
+            |g| g.oldest_pending,
+        ),
+    ];
+    for (name, help, get) in ages {
+        if groups.iter().any(|g| get(g).is_some()) {
+            p.family(name, Kind::Gauge, help);
+            for g in groups {
+                if let Some(d) = get(g) {
+                    p.sample(&[("group", &g.name)], d.as_secs_f64());
+                }
+            }
+        }
+    }
+}
+
+/// Event families.
 fn render_events(p: &mut Page, st: &Stats) {
     let e = &st.events;
     p.family(

@@ -71,8 +71,12 @@ impl Shared {
     /// The metrics page (Prometheus text), with the store's and the clients' figures read now.
     pub fn metrics_page(&self) -> String {
         let stats = self.store.stats();
+        let groups = self.store.groups();
         self.metrics.render(&crate::metrics::Scrape {
             stats: &stats,
+            groups: &groups,
+            oldest_ready: self.store.oldest_ready_age(),
+            oldest_claimed: self.store.pending(1).first().map(|p| p.held),
             connected: self.clients.connected.load(Ordering::Relaxed),
             rejected: self.clients.rejected.load(Ordering::Relaxed),
             recorder: self.recorder.as_ref().map(|r| r.status()),

@@ -1,5 +1,5 @@
-//! Batched claims and acknowledgements, the pending-claims view and retried acknowledgements
-//! (issue 16), over raw sockets.
+//! Batched claims and acknowledgements, the pending-claims view, retried acknowledgements and
+//! consumer groups (issue 16), over raw sockets.
 #![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 mod common;
@@ -238,6 +238,129 @@ fn a_poisoned_event_is_parked_and_claimed_by_its_id() {
     assert_eq!(pending.items()[0].items()[1].text(), "operator");
     assert_eq!(pending.items()[0].items()[4].int(), 2, "second delivery");
     assert!(ok(&call(&mut c, &["EVENT.ACK", &t, "REMOVE"])));
+    drop(c);
+    server.shutdown().unwrap();
+}
+
+/// Consumer groups over the protocol: two required groups each get every event (in batches,
+/// blocking as without groups); an event is removed only once both acknowledged it; the
+/// groups' views; bad input answers clear errors; group acknowledgements survive a restart.
+#[test]
+fn consumer_groups_each_see_every_event_and_removal_waits_for_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = spawn(config(dir.path())).unwrap();
+    let mut c = Client::connect(server.tcp_addr());
+    for e in 1..=4 {
+        assert!(ok(&call(
+            &mut c,
+            &["FRAG.PUT", "3", &e.to_string(), "0", "0", "v"]
+        )));
+    }
+    assert!(ok(&call(&mut c, &["EVENT.GROUP", "CREATE", "filter"])));
+    assert!(ok(&call(
+        &mut c,
+        &["EVENT.GROUP", "CREATE", "monitor", "REQUIRED"]
+    )));
+    assert!(ok(&call(
+        &mut c,
+        &["EVENT.GROUP", "CREATE", "sampler", "OPTIONAL"]
+    )));
+    let err = call(&mut c, &["EVENT.GROUP", "CREATE", "filter"]);
+    assert!(
+        err.text().starts_with("ERR") && err.text().contains("exists"),
+        "{err:?}"
+    );
+    let err = call(&mut c, &["EVENT.NEXT", "GROUP", "nope"]);
+    assert!(err.text().starts_with("NOGROUP"), "{err:?}");
+    let err = call(&mut c, &["EVENT.NEXT"]);
+    assert!(
+        err.text().contains("GROUP"),
+        "a grouped store names the group: {err:?}"
+    );
+
+    let f = call(
+        &mut c,
+        &[
+            "EVENT.NEXT",
+            "GROUP",
+            "filter",
+            "COUNT",
+            "10",
+            "CONSUMER",
+            "f1",
+        ],
+    );
+    assert_eq!(f.items().len(), 4);
+    let m = call(&mut c, &["EVENT.NEXT", "GROUP", "monitor", "COUNT", "2"]);
+    assert_eq!(m.items().len(), 2);
+    let groups = call(&mut c, &["EVENT.GROUPS"]);
+    let filter = groups.items()[0].items();
+    assert_eq!(filter[1].text(), "filter");
+    assert_eq!((filter[6].text(), filter[7].int()), ("pending".into(), 4));
+    let monitor = groups.items()[1].items();
+    assert_eq!((monitor[8].text(), monitor[9].int()), ("lag".into(), 2));
+    let consumers = call(&mut c, &["EVENT.CONSUMERS", "filter"]);
+    assert_eq!(consumers.items()[0].items()[1].text(), "f1");
+    assert_eq!(consumers.items()[0].items()[3].int(), 4);
+    assert_eq!(
+        call(&mut c, &["EVENT.PENDING", "GROUP", "filter"])
+            .items()
+            .len(),
+        4
+    );
+
+    // filter acknowledges all four in one command; a monitor token in it under GROUP filter
+    // answers its own error.
+    let mut args: Vec<String> = vec!["EVENT.ACK".into()];
+    args.extend(f.items().iter().map(|c| c.items()[0].text()));
+    args.push(m.items()[0].items()[0].text());
+    args.extend(["REMOVE", "GROUP", "filter"].map(String::from));
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let acked = call(&mut c, &a);
+    let results = acked.items();
+    assert!(results[..4].iter().all(ok), "{results:?}");
+    assert!(results[4].text().contains("another group"), "{results:?}");
+    assert_eq!(
+        call(&mut c, &["EVENT.GET", "3", "1"]).items().len(),
+        1,
+        "monitor has not acknowledged: still stored"
+    );
+    let tok = m.items()[0].items()[0].text();
+    assert!(ok(&call(&mut c, &["EVENT.ACK", &tok, "REMOVE"])));
+    assert_eq!(call(&mut c, &["EVENT.GET", "3", "1"]).items().len(), 0);
+    let again = call(&mut c, &["EVENT.ACK", &tok, "REMOVE"]);
+    assert!(again.text().starts_with("ACKED"), "{again:?}");
+
+    // A restart: filter is offered nothing again, monitor the three it had not acknowledged.
+    drop(c);
+    server.shutdown().unwrap();
+    let server = spawn(config(dir.path())).unwrap();
+    let mut c = Client::connect(server.tcp_addr());
+    assert_eq!(
+        call(&mut c, &["EVENT.NEXT", "GROUP", "filter"]),
+        Value::Bulk(None)
+    );
+    let m = call(
+        &mut c,
+        &[
+            "EVENT.NEXT",
+            "GROUP",
+            "monitor",
+            "COUNT",
+            "10",
+            "BLOCK",
+            "1000",
+        ],
+    );
+    let events: Vec<i64> = m
+        .items()
+        .iter()
+        .map(|c| c.items()[1].items()[1].int())
+        .collect();
+    assert_eq!(events, vec![2, 3, 4]);
+    assert!(ok(&call(&mut c, &["EVENT.GROUP", "DESTROY", "sampler"])));
+    let err = call(&mut c, &["EVENT.GROUP", "DESTROY", "sampler"]);
+    assert!(err.text().starts_with("NOGROUP"), "{err:?}");
     drop(c);
     server.shutdown().unwrap();
 }

@@ -174,3 +174,49 @@ fn metrics_page_after_traffic_passes_promtool() {
     assert!(get("process_open_fds") > 0.0, "{body}");
     server.shutdown().unwrap();
 }
+
+/// The ages of the oldest READY and claimed events, and per consumer group its lag, claims,
+/// poisoned events, deliveries, acknowledgements and ages: present, consistent, and valid
+/// for promtool.
+#[test]
+fn event_ages_and_group_metrics_pass_promtool() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = config(tmp.path());
+    c.metrics_port = Some(0);
+    let server = hotstore_server::spawn(c).unwrap();
+    let maddr = server.metrics_addr().unwrap();
+    let mut cl = Client::connect(server.tcp_addr());
+    for e in ["1", "2", "3"] {
+        assert_eq!(cl.call(&["FRAG.PUT", "1", e, "0", "0", "v"]), "+OK");
+    }
+    let (_, body) = scrape(maddr);
+    promtool_check(&body);
+    let s = samples(&body);
+    assert!(s["hotstore_events_oldest_ready_seconds"] >= 0.0, "{body}");
+    assert!(!s.contains_key("hotstore_events_oldest_claimed_seconds"));
+    assert!(!body.contains("{group="), "no groups, no group series");
+
+    assert_eq!(cl.call(&["EVENT.GROUP", "CREATE", "filter"]), "+OK");
+    assert_eq!(
+        cl.call(&["EVENT.GROUP", "CREATE", "sampler", "OPTIONAL"]),
+        "+OK"
+    );
+    assert_eq!(
+        cl.call(&["EVENT.NEXT", "GROUP", "filter", "COUNT", "2"]),
+        "*2"
+    );
+    let (_, body) = scrape(maddr);
+    promtool_check(&body);
+    let s = samples(&body);
+    let get = |k: &str| *s.get(k).unwrap_or_else(|| panic!("no {k} in\n{body}"));
+    assert_eq!(get("hotstore_group_pending{group=\"filter\"}"), 2.0);
+    assert_eq!(get("hotstore_group_lag{group=\"filter\"}"), 1.0);
+    assert_eq!(get("hotstore_group_lag{group=\"sampler\"}"), 3.0);
+    assert_eq!(get("hotstore_group_delivered_total{group=\"filter\"}"), 2.0);
+    assert_eq!(get("hotstore_group_acked_total{group=\"filter\"}"), 0.0);
+    assert!(get("hotstore_group_oldest_pending_seconds{group=\"filter\"}") >= 0.0);
+    assert!(get("hotstore_group_oldest_waiting_seconds{group=\"sampler\"}") >= 0.0);
+    assert!(!s.contains_key("hotstore_group_oldest_pending_seconds{group=\"sampler\"}"));
+    drop(cl);
+    server.shutdown().unwrap();
+}

@@ -576,10 +576,7 @@ impl Groups {
     /// Removes group `name`. Returns the events its removal settled (the caller writes their
     /// records) and, if it was the last group, the log (READY events in READY order, which go
     /// back to the default queue).
-    pub(crate) fn remove(
-        &self,
-        name: &str,
-    ) -> Result<(Vec<IndexKey>, Option<ReadyList>)> {
+    pub(crate) fn remove(&self, name: &str) -> Result<(Vec<IndexKey>, Option<ReadyList>)> {
         let mut s = self.state.lock();
         let gi = s.find(name)?;
         let g = s.groups.remove(gi);
@@ -642,10 +639,7 @@ impl Groups {
 
     /// Picks the next event for group `name` (expired leases given back first). Returns the
     /// group's id and the pick, and the next lease end (to wait no longer than it).
-    pub(crate) fn pick(
-        &self,
-        name: &str,
-    ) -> Result<(u32, Option<Picked>, Option<Instant>)> {
+    pub(crate) fn pick(&self, name: &str) -> Result<(u32, Option<Picked>, Option<Instant>)> {
         let mut s = self.state.lock();
         let gi = s.find(name)?;
         s.sweep(gi, Instant::now(), self.max(), &self.expired);

@@ -381,6 +381,11 @@ pub(crate) type EventShardMap = crate::index::ShardMap<ShardEvents>;
 /// Stale READY-queue entries a shard tolerates before it compacts its queue.
 const STALE_SLACK: usize = 1024;
 
+/// READY numbers per mark of the READY clock.
+const CLOCK_EVERY: u64 = 1024;
+/// Most marks the READY clock keeps.
+const CLOCK_MARKS: usize = 4096;
+
 /// No READY event in a shard (its head is `u64::MAX`).
 const EMPTY_HEAD: u64 = u64::MAX;
 
@@ -418,6 +423,10 @@ pub(crate) struct Events {
     tracking: Mutex<()>,
     /// Next READY sequence number (store-wide: oldest READY first across shards).
     next_ready_seq: AtomicU64,
+    /// (READY number, when it was handed out) for one number in [`CLOCK_EVERY`]: the age of
+    /// the oldest READY event without reading the clock per event. At most
+    /// [`CLOCK_MARKS`] marks (the oldest dropped first).
+    ready_clock: Mutex<std::collections::VecDeque<(u64, Instant)>>,
     /// The smallest READY sequence number queued in each shard ([`EMPTY_HEAD`]: none), so a
     /// consumer finds the oldest without locking every shard.
     ready_heads: Box<[AtomicU64]>,
@@ -462,6 +471,7 @@ impl Events {
             tracked: AtomicBool::new(false),
             tracking: Mutex::new(()),
             next_ready_seq: AtomicU64::new(1),
+            ready_clock: Mutex::new(std::collections::VecDeque::new()),
             ready_heads: (0..SHARDS).map(|_| AtomicU64::new(EMPTY_HEAD)).collect(),
             waiters: AtomicUsize::new(0),
             ready_wait: Mutex::new(()),
@@ -697,7 +707,7 @@ impl Events {
 
     /// Queues a new event complete with its first fragment as an implicit READY event.
     fn push_implicit(&self, ready: &mut ReadyQueue, shard_no: usize, probe: IndexKey) {
-        let seq = self.next_ready_seq.fetch_add(1, Ordering::Relaxed);
+        let seq = self.ready_number();
         self.counters.ready.fetch_add(1, Ordering::Relaxed);
         self.queue(ready, shard_no, seq, probe);
     }
@@ -789,7 +799,7 @@ impl Events {
         incomplete: bool,
     ) {
         if entry.seq == 0 {
-            entry.seq = self.next_ready_seq.fetch_add(1, Ordering::Relaxed);
+            entry.seq = self.ready_number();
         }
         let seq = entry.seq;
         entry.holder = None;
@@ -822,6 +832,35 @@ impl Events {
     ) {
         shard.ready.push(seq, prefix);
         self.publish_head(&shard.ready, shard_no);
+    }
+
+    /// A new READY number; one in [`CLOCK_EVERY`] is marked with the time.
+    fn ready_number(&self) -> u64 {
+        let seq = self.next_ready_seq.fetch_add(1, Ordering::Relaxed);
+        if seq % CLOCK_EVERY == 1 {
+            let mut clock = self.ready_clock.lock();
+            if clock.len() == CLOCK_MARKS {
+                clock.pop_front();
+            }
+            clock.push_back((seq, Instant::now()));
+        }
+        seq
+    }
+
+    /// How long the oldest event READY in the default queue has waited: an upper bound,
+    /// within [`CLOCK_EVERY`] events of READY order (the time of the clock mark before it;
+    /// a lower bound if that mark was dropped, [`CLOCK_MARKS`] marks later).
+    pub(crate) fn oldest_ready_age(&self) -> Option<Duration> {
+        let no = self.oldest_ready_shard()?;
+        let head = self.ready_heads[no].load(Ordering::SeqCst);
+        let mut clock = self.ready_clock.lock();
+        // Marks before the one at or below the head are of events no longer READY.
+        while clock.len() > 1 && clock[1].0 <= head {
+            clock.pop_front();
+        }
+        // Its mark, or (marks dropped past the limit) the oldest kept: then a lower bound.
+        let (_, at) = clock.front()?;
+        Some(at.elapsed())
     }
 
     /// Events CLAIMED through the default queue now.
