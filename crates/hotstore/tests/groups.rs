@@ -329,3 +329,36 @@ fn a_blocked_group_consumer_wakes_for_a_new_event() {
     let got = waiter.join().unwrap().expect("woken by the new event");
     assert_eq!(got.event, EventId::new(1, 7));
 }
+
+/// A crash after a group's destruction was persisted but before the events that waited only
+/// for it were settled: the reopen settles them (every required group left acknowledged).
+#[test]
+fn a_reopen_settles_events_whose_required_groups_all_acknowledged() {
+    use hotstore::testing::Medium;
+    let m = FaultMedium::new("groups-settle");
+    let s = common::open_two_lanes(&m);
+    s.create_group("a", true).unwrap();
+    s.create_group("b", true).unwrap();
+    put_events(&s, 0..2);
+    s.next_event_in("a", "c", LEASE)
+        .unwrap()
+        .unwrap()
+        .ack(Ack::Remove)
+        .unwrap();
+    let image = m.process_crash();
+    std::mem::forget(s);
+    // The groups file as the destruction of b left it (b gone, a's acknowledgement kept).
+    let file = image.read_file("events.groups").unwrap().unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&file).unwrap();
+    json["groups"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|g| g["name"] != "b");
+    image
+        .write_file("events.groups", &serde_json::to_vec(&json).unwrap())
+        .unwrap();
+    let s = common::open_two_lanes(&image);
+    assert!(!stored(&s, 0), "settled at the reopen");
+    assert!(stored(&s, 1));
+    assert_eq!(drain(&s, "a", Ack::Remove), vec![1]);
+}

@@ -222,21 +222,23 @@ impl Store {
         for seg in &recovered.segments {
             inner.maybe_reclaim(seg);
         }
-        // Events every required group had acknowledged when the store stopped, before the
-        // record that settles them was written (a crash between the two).
-        for prefix in inner.events.groups.settled() {
-            inner.settle_event(&prefix)?;
-        }
         let worker = inner.clone();
         let maintenance = std::thread::Builder::new()
             .name("hotstore-maint".into())
             .spawn(move || maintenance::run(&*worker, rx))
             .map_err(|e| Error::io("spawn maintenance thread", &options.dir, e))?;
-        Ok(Store {
+        let store = Store {
             inner,
             maintenance: Some(maintenance),
             report: recovered.report,
-        })
+        };
+        // Events every required group had acknowledged when the store stopped, before the
+        // record that settles them was written (a crash between the two; writing it needs
+        // the maintenance thread, which prepares files).
+        for prefix in store.inner.events.groups.settled() {
+            store.inner.settle_event(&prefix)?;
+        }
+        Ok(store)
     }
 }
 
