@@ -43,6 +43,7 @@ __all__ = [
     "ClaimLostError",
     "NoEventError",
     "AlreadyAckedError",
+    "NoGroupError",
     "StoreIOError",
     "DURABILITIES",
 ]
@@ -105,6 +106,12 @@ class AlreadyAckedError(HotstoreError):
     CODE = "ACKED"
 
 
+class NoGroupError(HotstoreError):
+    """``-NOGROUP``: no consumer group has this name (create it with :meth:`group_create`)."""
+
+    CODE = "NOGROUP"
+
+
 class StoreIOError(HotstoreError):
     """``-IOERR``: the store failed and is read-only; see the server's log and the disk."""
 
@@ -119,6 +126,7 @@ _ERRORS = {
         ClaimLostError,
         NoEventError,
         AlreadyAckedError,
+        NoGroupError,
         StoreIOError,
     )
 }
@@ -182,6 +190,12 @@ class EventInfo:
     fragments: int
     bytes: int
     incomplete: bool
+
+
+def _pairs(flat: Any) -> Dict[str, Any]:
+    """A flat field/value reply (or a RESP3 map) as a dict with text keys and values."""
+    items = list(flat.items()) if isinstance(flat, dict) else list(zip(flat[0::2], flat[1::2]))
+    return {_text(k): (_text(v) if isinstance(v, bytes) else v) for k, v in items}
 
 
 def _text(v: Any) -> str:
@@ -372,18 +386,22 @@ class HotstoreClient:
         lease_ms: int = 30000,
         block_ms: Optional[int] = None,
         consumer: Optional[str] = None,
+        group: Optional[str] = None,
     ) -> Optional[ClaimedEvent]:
         """Claims the oldest READY event (``EVENT.NEXT``) for ``lease_ms``; None if none is
         READY (after waiting up to ``block_ms``; ``0`` waits forever, None does not wait).
 
         The claim is exclusive until it is acknowledged, released, its lease ends, or this
-        client's connection closes. ``consumer`` defaults to the client name.
+        client's connection closes. ``consumer`` defaults to the client name. ``group``
+        claims in that consumer group (a store with groups requires one).
         """
         args: List[Any] = ["EVENT.NEXT", "LEASE", int(lease_ms)]
         if block_ms is not None:
             args += ["BLOCK", int(block_ms)]
         if consumer is not None:
             args += ["CONSUMER", consumer]
+        if group is not None:
+            args += ["GROUP", group]
         reply = self.execute(*args)
         if reply is None:
             return None
@@ -402,16 +420,20 @@ class HotstoreClient:
         lease_ms: int = 30000,
         block_ms: Optional[int] = None,
         consumer: Optional[str] = None,
+        group: Optional[str] = None,
     ) -> List[ClaimedEvent]:
         """Claims up to ``count`` READY events in one round trip (``EVENT.NEXT ... COUNT``),
         oldest first; an empty list if none is READY (after waiting up to ``block_ms`` for the
-        first: the batch never waits for its last ones). ``count`` is 1 to 10000.
+        first: the batch never waits for its last ones). ``count`` is 1 to 10000. ``group``
+        as for :meth:`event_next`.
         """
         args: List[Any] = ["EVENT.NEXT", "LEASE", int(lease_ms), "COUNT", int(count)]
         if block_ms is not None:
             args += ["BLOCK", int(block_ms)]
         if consumer is not None:
             args += ["CONSUMER", consumer]
+        if group is not None:
+            args += ["GROUP", group]
         return self._claims(self.execute(*args))
 
     def event_ack_many(
@@ -438,6 +460,7 @@ class HotstoreClient:
         durability: Optional[str] = None,
         lease_ms: int = 30000,
         consumer: Optional[str] = None,
+        group: Optional[str] = None,
     ) -> Tuple[List[Optional[ResponseError]], List[ClaimedEvent]]:
         """Acknowledges ``tokens`` and claims the next batch of up to ``count`` events in one
         round trip (the two commands pipelined: the server settles the acknowledgements, then
@@ -454,6 +477,8 @@ class HotstoreClient:
         next_args: List[Any] = ["EVENT.NEXT", "LEASE", int(lease_ms), "COUNT", int(count)]
         if consumer is not None:
             next_args += ["CONSUMER", consumer]
+        if group is not None:
+            next_args += ["GROUP", group]
         pipe = self.redis.pipeline(transaction=False)
         if tokens:
             pipe.execute_command(*_durability(["EVENT.ACK", *tokens, what], durability))
@@ -507,6 +532,52 @@ class HotstoreClient:
         Raises :class:`ClaimLostError` if the claim is no longer held.
         """
         self.execute("EVENT.RELEASE", token)
+
+    def event_pending(
+        self, count: Optional[int] = None, group: Optional[str] = None
+    ) -> List[Dict[str, Any]]:
+        """The claims held now (``EVENT.PENDING``), oldest first: dicts with ``token``,
+        ``consumer``, ``held_ms``, ``lease_left_ms`` and ``deliveries``; of ``group``, or of
+        the default queue."""
+        args: List[Any] = ["EVENT.PENDING"]
+        if count is not None:
+            args += ["COUNT", int(count)]
+        if group is not None:
+            args += ["GROUP", group]
+        return [
+            {
+                "token": _text(t),
+                "consumer": _text(c),
+                "held_ms": int(h),
+                "lease_left_ms": int(left),
+                "deliveries": int(d),
+            }
+            for t, c, h, left, d in (self.execute(*args) or [])
+        ]
+
+    # -- consumer groups -------------------------------------------------------------------------
+
+    def group_create(self, name: str, required: bool = True) -> None:
+        """Creates consumer group ``name`` (``EVENT.GROUP CREATE``). Every group sees every
+        READY event once; an event is removed only when every *required* group acknowledged
+        it (``required=False``: a sampler that sees events while they are stored)."""
+        self.execute("EVENT.GROUP", "CREATE", name, "REQUIRED" if required else "OPTIONAL")
+
+    def group_destroy(self, name: str) -> None:
+        """Destroys consumer group ``name`` (``EVENT.GROUP DESTROY``); :class:`NoGroupError`
+        if there is none."""
+        self.execute("EVENT.GROUP", "DESTROY", name)
+
+    def groups(self) -> List[Dict[str, Any]]:
+        """Every consumer group (``EVENT.GROUPS``) as a dict: ``name``, ``required``,
+        ``consumers``, ``pending``, ``lag``, ``poisoned``, ``delivered``, ``acked``,
+        ``oldest-waiting-ms`` and ``oldest-pending-ms`` (-1: none)."""
+        return [_pairs(g) for g in (self.execute("EVENT.GROUPS") or [])]
+
+    def consumers(self, group: str) -> List[Dict[str, Any]]:
+        """The consumers of ``group`` (``EVENT.CONSUMERS``): dicts with ``name``, ``pending``
+        and ``idle`` (ms)."""
+        return [_pairs(c) for c in (self.execute("EVENT.CONSUMERS", group) or [])]
 
     def event_range(
         self, run: int, start: int, stop: int, limit: Optional[int] = None

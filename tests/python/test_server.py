@@ -44,6 +44,7 @@ from hotstore_client import (  # noqa: E402
     HotstoreError,
     LateFragmentError,
     NoEventError,
+    NoGroupError,
     StoreFullError,
     StoreIOError,
     map_error,
@@ -882,6 +883,43 @@ class T4Daq(unittest.TestCase):
         self.assertEqual(self.hs.event_next_many(5), [])
         errors, none = self.hs.event_ack_next([], 5)
         self.assertEqual((errors, none), ([], []))
+
+    def test_consumer_groups(self):
+        for e in range(1, 4):
+            self.put_event(e, n=1)
+        try:
+            self.hs.group_create("filter")
+            self.hs.group_create("sampler", required=False)
+            with self.assertRaises(NoGroupError):
+                self.hs.event_next(group="nope")
+            with self.assertRaises(ResponseError):
+                self.hs.event_next()  # a store with groups: claims name one
+            got = self.hs.event_next_many(10, lease_ms=10000, group="filter", consumer="f1")
+            self.assertEqual([c.event for c in got], [1, 2, 3])
+            sampled = self.hs.event_next(lease_ms=10000, group="sampler")
+            self.assertEqual(sampled.event, 1)
+            pending = self.hs.event_pending(group="filter")
+            self.assertEqual([p["consumer"] for p in pending], ["f1"] * 3)
+            self.assertEqual(pending[0]["deliveries"], 1)
+            groups = {g["name"]: g for g in self.hs.groups()}
+            self.assertEqual((groups["filter"]["pending"], groups["filter"]["required"]), (3, 1))
+            self.assertEqual((groups["sampler"]["lag"], groups["sampler"]["required"]), (2, 0))
+            self.assertEqual(self.hs.consumers("filter")[0]["name"], "f1")
+            errors, more = self.hs.event_ack_next(
+                [c.token for c in got], 10, group="filter")
+            self.assertEqual((errors, more), ([None] * 3, []))
+            # The sampler is optional: filter's acknowledgement removed the events.
+            self.assertEqual(self.hs.event_get(self.run_no, 1), [])
+            with self.assertRaises(AlreadyAckedError):
+                self.hs.event_ack(sampled.token)
+        finally:
+            for g in ("filter", "sampler"):
+                try:
+                    self.hs.group_destroy(g)
+                except NoGroupError:
+                    pass
+        with self.assertRaises(NoGroupError):
+            self.hs.group_destroy("filter")
 
     def test_event_range_states_fields_and_limit(self):
         self.put_event(2, n=3)  # ready
