@@ -4,7 +4,13 @@ per second, one event per round trip (EVENT.NEXT + EVENT.ACK) against batches (E
 COUNT n + one EVENT.ACK of n tokens), with Persisted acknowledgements (each acknowledgement
 command waits for its group commit: fdatasync on the root disk).
 
-    python3 benches/consumer_batches.py [--events 20000] [--batch 100] [--dir DIR] [--json]
+    python3 benches/consumer_batches.py [--events 20000] [--batch 100] [--groups G] [--dir DIR]
+                                        [--json]
+
+With --groups G, the batches run again through G required consumer groups, one after the
+other: every group claims and acknowledges every event; the acknowledgements of all groups but
+the last are recorded in the groups file (synced per EVENT.ACK), the last group's remove the
+events. Each group's rate is reported.
 
 Starts target/release/hotstore (build it first: cargo build --release -p hotstore-cli) on a
 free loopback port with a store in DIR (default: a new directory under /var/tmp, which is on
@@ -60,15 +66,16 @@ def drain_one_by_one(c, events):
     return events / (time.perf_counter() - t)
 
 
-def drain_batches(c, events, batch):
+def drain_batches(c, events, batch, group=None):
     """The batch consumer's loop: acknowledge a batch and claim the next in one round trip."""
     t = time.perf_counter()
     done = 0
-    claims = c.event_next_many(batch, lease_ms=60000)
+    claims = c.event_next_many(batch, lease_ms=60000, group=group)
     while claims:
         done += len(claims)
         errors, claims = c.event_ack_next(
-            [x.token for x in claims], batch, durability="persisted", lease_ms=60000
+            [x.token for x in claims], batch, durability="persisted", lease_ms=60000,
+            group=group,
         )
         if any(e is not None for e in errors):
             sys.exit(f"acknowledgement failed: {errors}")
@@ -81,6 +88,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=20000)
     ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--groups", type=int, default=0, help="also drain through G groups")
     ap.add_argument("--dir", help="store directory (default: new one under /var/tmp)")
     ap.add_argument("--json", action="store_true", help="one JSON line instead of text")
     args = ap.parse_args()
@@ -93,6 +101,16 @@ def main():
             one = drain_one_by_one(c, one_n)
             fill(c, 2, args.events)
             batched = drain_batches(c, args.events, args.batch)
+            group_rates = []
+            if args.groups:
+                fill(c, 3, args.events)
+                names = ["g%d" % i for i in range(args.groups)]
+                for g in names:
+                    c.group_create(g)
+                group_rates = [drain_batches(c, args.events, args.batch, g) for g in names]
+                left = c.event_range(3, 0, args.events)
+                if left:
+                    sys.exit(f"{len(left)} events left after every group acknowledged")
     finally:
         proc.terminate()
         proc.wait()
@@ -105,6 +123,9 @@ def main():
         "batched_events_per_s": round(batched),
         "speedup": round(batched / one, 1),
     }
+    if args.groups:
+        result["groups"] = args.groups
+        result["group_events_per_s"] = [round(r) for r in group_rates]
     if args.json:
         print(json.dumps(result))
     else:
@@ -112,6 +133,10 @@ def main():
             f"one Python consumer, Persisted acks, root disk: one by one {one:,.0f} events/s; "
             f"batches of {args.batch} {batched:,.0f} events/s ({batched / one:.1f}x)"
         )
+        if args.groups:
+            rates = ", ".join(f"{r:,.0f}" for r in group_rates)
+            print(f"through {args.groups} required groups, each: {rates} events/s "
+                  "(the last group's acknowledgements remove the events)")
 
 
 if __name__ == "__main__":

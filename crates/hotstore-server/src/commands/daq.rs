@@ -386,7 +386,12 @@ pub fn event_ack(ctx: &mut Ctx, args: &Args) -> CmdResult {
     let (mine, foreign): (Vec<usize>, Vec<usize>) =
         (0..parsed.len()).partition(|&i| group_id.is_none_or(|id| parsed[i].group == id));
     let batch: Vec<ClaimToken> = mine.iter().map(|&i| parsed[i].clone()).collect();
-    let acked = ctx.shared.store.ack_many(&batch, ack, Durability::Memory);
+    // Persisted: the connection's group commit (a flush) follows before the reply.
+    let acked = if ctx.shared.durability(durability) == Durability::Persisted {
+        ctx.shared.store.ack_many_then_flush(&batch, ack)
+    } else {
+        ctx.shared.store.ack_many(&batch, ack, Durability::Memory)
+    };
     let mut results: Vec<Result<(), String>> = vec![Ok(()); parsed.len()];
     for (&i, r) in mine.iter().zip(acked) {
         results[i] = r.map_err(|e| reply_error(&e));

@@ -92,23 +92,10 @@ impl Store {
         ack: Ack,
         durability: Durability,
     ) -> Vec<Result<()>> {
-        let inner = &self.inner;
-        let mut groups_changed = false;
-        let mut results: Vec<Result<()>> = tokens
-            .iter()
-            .map(|t| {
-                if t.group == 0 {
-                    inner.ack(t, ack, Durability::Memory)
-                } else {
-                    let r = inner.group_ack(t, ack, Durability::Memory, false);
-                    groups_changed |= r.as_ref().is_ok_and(|recorded| *recorded);
-                    r.map(|_| ())
-                }
-            })
-            .collect();
+        let (mut results, groups_changed) = self.inner.ack_each(tokens, ack);
         if results.iter().any(|r| r.is_ok()) {
             let done = match durability {
-                Durability::Memory if groups_changed => inner.persist_groups(false),
+                Durability::Memory if groups_changed => self.inner.persist_groups(false),
                 Durability::Memory => Ok(()),
                 _ => self.flush(),
             };
@@ -123,9 +110,34 @@ impl Store {
         }
         results
     }
+
+    /// [`Store::ack_many`] for a caller that calls [`Store::flush`] next, before it reports
+    /// the results (the server's group commit): the acknowledgements of groups that do not
+    /// settle their event are written by that flush, not once more here.
+    pub fn ack_many_then_flush(&self, tokens: &[ClaimToken], ack: Ack) -> Vec<Result<()>> {
+        self.inner.ack_each(tokens, ack).0
+    }
 }
 
 impl Inner {
+    /// Each token acknowledged in memory; true if the groups file changed (not written).
+    fn ack_each(&self, tokens: &[ClaimToken], ack: Ack) -> (Vec<Result<()>>, bool) {
+        let mut groups_changed = false;
+        let results = tokens
+            .iter()
+            .map(|t| {
+                if t.group == 0 {
+                    self.ack(t, ack, Durability::Memory)
+                } else {
+                    let r = self.group_ack(t, ack, Durability::Memory, false);
+                    groups_changed |= r.as_ref().is_ok_and(|recorded| *recorded);
+                    r.map(|_| ())
+                }
+            })
+            .collect();
+        (results, groups_changed)
+    }
+
     /// Refuses a claim of the default queue while the store has groups.
     pub(crate) fn check_no_groups(&self) -> Result<()> {
         if self.events.groups.active() {
