@@ -592,7 +592,7 @@ fn render_groups(p: &mut Page, groups: &[hotstore::GroupInfo]) {
         return;
     }
     type Get = fn(&hotstore::GroupInfo) -> f64;
-    let families: [(&str, Kind, &str, Get); 5] = [
+    let families: [(&str, Kind, &str, Get); 6] = [
         (
             "hotstore_group_lag",
             Kind::Gauge,
@@ -622,6 +622,12 @@ fn render_groups(p: &mut Page, groups: &[hotstore::GroupInfo]) {
             Kind::Counter,
             "Acknowledgements the group made (its rate is the group's ack rate)",
             |g| g.acked_total as f64,
+        ),
+        (
+            "hotstore_group_leases_expired_total",
+            Kind::Counter,
+            "The group's claims whose lease ended unacknowledged (offered again)",
+            |g| g.leases_expired_total as f64,
         ),
     ];
     for (name, kind, help, get) in families {

@@ -219,6 +219,8 @@ fn leases_releases_and_poisoning_are_per_group() {
         s.ack(&short, Ack::Remove, Durability::Memory),
         Err(Error::ClaimLost { .. })
     ));
+    assert_eq!(s.groups()[0].leases_expired_total, 1);
+    assert_eq!(s.groups()[1].leases_expired_total, 0);
     let consumers = s.consumers("a").unwrap();
     assert!(consumers
         .iter()

@@ -74,6 +74,8 @@ pub struct GroupInfo {
     pub delivered_total: u64,
     /// Acknowledgements it made since the store opened.
     pub acked_total: u64,
+    /// Its claims whose lease ended unacknowledged, since the store opened.
+    pub leases_expired_total: u64,
     /// How long the oldest event waiting for it has been READY.
     pub oldest_waiting: Option<Duration>,
     /// How long its oldest claim has been held.
@@ -135,6 +137,7 @@ struct Group {
     kept: AckedSet,
     delivered_total: u64,
     acked_total: u64,
+    leases_expired: u64,
 }
 
 impl Group {
@@ -154,6 +157,7 @@ impl Group {
             kept: AckedSet::default(),
             delivered_total: 0,
             acked_total: 0,
+            leases_expired: 0,
         }
     }
 
@@ -236,7 +240,7 @@ impl State {
     }
 
     /// Expired leases of group `gi` give their events back; returns the next lease end.
-    fn sweep(&mut self, gi: usize, now: Instant, max_deliveries: u32, expired: &AtomicU64) {
+    fn sweep(&mut self, gi: usize, now: Instant, max_deliveries: u32) {
         let g = &mut self.groups[gi];
         while let Some(Reverse((at, claim, prefix))) = g.leases.peek() {
             if *at > now {
@@ -246,7 +250,7 @@ impl State {
             g.leases.pop();
             if g.claims.get(&prefix).is_some_and(|c| c.claim == claim) {
                 if let Some(c) = g.claims.remove(&prefix) {
-                    expired.fetch_add(1, Ordering::Relaxed);
+                    g.leases_expired += 1;
                     give_back(g, &c, max_deliveries);
                 }
             }
@@ -360,8 +364,6 @@ pub(crate) struct Groups {
     writer: Mutex<()>,
     written: AtomicU64,
     synced: AtomicU64,
-    /// Leases of group claims that expired (since open).
-    pub(crate) expired: AtomicU64,
     /// Deliveries after which an event given back is parked (0: never); the store's setting.
     pub(crate) max_deliveries: std::sync::atomic::AtomicU32,
 }
@@ -406,7 +408,6 @@ impl Groups {
             writer: Mutex::new(()),
             written: AtomicU64::new(0),
             synced: AtomicU64::new(0),
-            expired: AtomicU64::new(0),
             max_deliveries: std::sync::atomic::AtomicU32::new(0),
         })
     }
@@ -642,7 +643,7 @@ impl Groups {
     pub(crate) fn pick(&self, name: &str) -> Result<(u32, Option<Picked>, Option<Instant>)> {
         let mut s = self.state.lock();
         let gi = s.find(name)?;
-        s.sweep(gi, Instant::now(), self.max(), &self.expired);
+        s.sweep(gi, Instant::now(), self.max());
         let picked = s.pick(gi);
         let next_lease = s.groups[gi].leases.peek().map(|Reverse((at, _, _))| *at);
         Ok((s.groups[gi].id, picked, next_lease))
@@ -746,7 +747,7 @@ impl Groups {
     ) -> Result<Settled> {
         let prefix = IndexKey::new(token.event.as_bytes());
         let mut s = self.state.lock();
-        s.sweep_all(&self.expired, self.max());
+        s.sweep_all(self.max());
         let gi = self.held(&s, token, &prefix)?;
         let Some(&seq) = s.by_prefix.get(&prefix) else {
             return Err(Error::ClaimLost {
@@ -790,7 +791,7 @@ impl Groups {
     ) -> Result<Option<super::records::EventWrite>> {
         let prefix = IndexKey::new(token.event.as_bytes());
         let mut s = self.state.lock();
-        s.sweep_all(&self.expired, self.max());
+        s.sweep_all(self.max());
         let gi = self.held(&s, token, &prefix)?;
         Ok(match s.by_prefix.get(&prefix) {
             Some(&seq) => settling_record(&s, gi, seq, ack),
@@ -802,7 +803,7 @@ impl Groups {
     pub(crate) fn release(&self, token: &ClaimToken) -> Result<()> {
         let prefix = IndexKey::new(token.event.as_bytes());
         let mut s = self.state.lock();
-        s.sweep_all(&self.expired, self.max());
+        s.sweep_all(self.max());
         let gi = self.held(&s, token, &prefix)?;
         let g = &mut s.groups[gi];
         if let Some(c) = g.claims.remove(&prefix) {
@@ -815,7 +816,7 @@ impl Groups {
     pub(crate) fn pending(&self, name: &str, limit: usize) -> Result<Vec<PendingClaim>> {
         let mut s = self.state.lock();
         let gi = s.find(name)?;
-        s.sweep_all(&self.expired, self.max());
+        s.sweep_all(self.max());
         let now = Instant::now();
         let g = &s.groups[gi];
         let mut out: Vec<(Instant, PendingClaim)> = g
@@ -845,7 +846,7 @@ impl Groups {
     /// Every group, in creation order.
     pub(crate) fn list(&self) -> Vec<GroupInfo> {
         let mut s = self.state.lock();
-        s.sweep_all(&self.expired, self.max());
+        s.sweep_all(self.max());
         let now = Instant::now();
         let s = &*s;
         s.groups
@@ -877,6 +878,7 @@ impl Groups {
                     poisoned: g.poisoned.keys().filter(|q| s.log.contains_key(q)).count() as u64,
                     delivered_total: g.delivered_total,
                     acked_total: g.acked_total,
+                    leases_expired_total: g.leases_expired,
                     oldest_waiting: oldest.map(|t| now.saturating_duration_since(t)),
                     oldest_pending: g
                         .claims
@@ -893,7 +895,7 @@ impl Groups {
     pub(crate) fn consumers(&self, name: &str) -> Result<Vec<ConsumerInfo>> {
         let mut s = self.state.lock();
         let gi = s.find(name)?;
-        s.sweep_all(&self.expired, self.max());
+        s.sweep_all(self.max());
         let now = Instant::now();
         let g = &s.groups[gi];
         let mut pending: HashMap<&str, u64> = HashMap::new();
@@ -916,10 +918,10 @@ impl Groups {
 
 impl State {
     /// Expired leases of every group.
-    fn sweep_all(&mut self, expired: &AtomicU64, max_deliveries: u32) {
+    fn sweep_all(&mut self, max_deliveries: u32) {
         let now = Instant::now();
         for gi in 0..self.groups.len() {
-            self.sweep(gi, now, max_deliveries, expired);
+            self.sweep(gi, now, max_deliveries);
         }
     }
 }
