@@ -231,6 +231,23 @@ fn leases_releases_and_poisoning_are_per_group() {
 }
 
 #[test]
+fn the_first_group_takes_the_default_queues_poisoned_events_too() {
+    let m = FaultMedium::new("groups-poisoned-default");
+    let s = common::open_two_lanes(&m);
+    s.set_max_deliveries(1);
+    put_events(&s, 0..2);
+    s.next_event("c", LEASE)
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+    assert_eq!(s.stats().events.poisoned, 1);
+    s.create_group("a", true).unwrap();
+    assert_eq!(drain(&s, "a", Ack::Remove), vec![0, 1]);
+    assert_eq!(s.stats().events.poisoned, 0);
+}
+
+#[test]
 fn bad_names_unknown_groups_foreign_and_repeated_tokens_are_clear_errors() {
     let m = FaultMedium::new("groups-bad");
     let s = common::open_two_lanes(&m);

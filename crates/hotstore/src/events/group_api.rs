@@ -179,6 +179,16 @@ impl Inner {
                 while let Some((prefix, e)) = ev.pop_ready(&sh.keys, &mut sh.events, no) {
                     ready.push((e.seq, prefix));
                 }
+                // The default queue's poisoned events are READY for the groups (each group
+                // counts its own deliveries).
+                for (prefix, e) in sh.events.entries.iter_mut() {
+                    if e.state == State::Poisoned {
+                        ev.leave_state(e);
+                        e.state = State::Ready;
+                        ev.enter_state(e);
+                        ready.push((e.seq, prefix.clone()));
+                    }
+                }
             }
             ready.sort_by_key(|(seq, _)| *seq);
             ev.groups.add(name, required, ready);

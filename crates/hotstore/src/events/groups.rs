@@ -229,13 +229,19 @@ impl State {
             .fold(0, |m, g| m | g.bit())
     }
 
-    /// Drops event `prefix` from the log and every group's claims.
+    /// Drops event `prefix` from the log and from every group's claims, given-back and
+    /// poisoned events.
     fn forget(&mut self, prefix: &IndexKey) {
-        if let Some(seq) = self.by_prefix.remove(prefix) {
+        let seq = self.by_prefix.remove(prefix);
+        if let Some(seq) = seq {
             self.log.remove(&seq);
         }
         for g in &mut self.groups {
             g.claims.remove(prefix);
+            if let Some(seq) = seq {
+                g.returned.remove(&seq);
+                g.poisoned.remove(&seq);
+            }
         }
     }
 
