@@ -153,7 +153,34 @@ impl Client {
         lease: Duration,
         block: Option<Duration>,
     ) -> Result<Option<ClaimedEvent>> {
-        let cmd = proto::event_next(lease, block);
+        self.next_with(&proto::event_next(lease, block), block)
+    }
+
+    /// [`Client::event_next`] in consumer group `group` (`EVENT.NEXT ... GROUP group`):
+    /// [`Error::NoGroup`] if there is none.
+    pub fn event_next_in(
+        &mut self,
+        group: &str,
+        lease: Duration,
+        block: Option<Duration>,
+    ) -> Result<Option<ClaimedEvent>> {
+        self.next_with(&proto::event_next_in(group, lease, block), block)
+    }
+
+    /// `EVENT.GROUP CREATE name REQUIRED|OPTIONAL`: a consumer group (see docs/protocol.md:
+    /// every group sees every event; removal waits for the required ones).
+    pub fn group_create(&mut self, name: &str, required: bool) -> Result<()> {
+        let reply = self.request(&proto::group_create(name, required))?;
+        proto::ok(reply)
+    }
+
+    /// `EVENT.GROUP DESTROY name`.
+    pub fn group_destroy(&mut self, name: &str) -> Result<()> {
+        let reply = self.request(&proto::group_destroy(name))?;
+        proto::ok(reply)
+    }
+
+    fn next_with(&mut self, cmd: &Cmd, block: Option<Duration>) -> Result<Option<ClaimedEvent>> {
         let widen = match (self.response_timeout, block) {
             (Some(t), Some(b)) => Some(if b == Duration::MAX {
                 None
@@ -165,7 +192,7 @@ impl Client {
         if let Some(t) = widen {
             self.con.set_read_timeout(t)?;
         }
-        let reply = self.request(&cmd);
+        let reply = self.request(cmd);
         if widen.is_some() {
             self.con.set_read_timeout(self.response_timeout)?;
         }

@@ -27,6 +27,9 @@ pub enum Error {
     /// `-ACKED`: the event was already acknowledged.
     #[error("event already acknowledged: {0}")]
     Acked(String),
+    /// `-NOGROUP`: no consumer group has this name.
+    #[error("no such consumer group: {0}")]
+    NoGroup(String),
     /// `-NOAUTH`: the server wants a password and this connection has not authenticated.
     #[error("authentication required: {0}")]
     NoAuth(String),
@@ -69,6 +72,7 @@ impl Error {
             "CLAIMLOST" => Error::ClaimLost(m),
             "NOEVENT" => Error::NoEvent(m),
             "ACKED" => Error::Acked(m),
+            "NOGROUP" => Error::NoGroup(m),
             "NOAUTH" => Error::NoAuth(m),
             "WRONGPASS" => Error::WrongPass(m),
             "IOERR" => Error::StoreIo(m),
@@ -88,6 +92,7 @@ impl Error {
             Error::ClaimLost(_) => "CLAIMLOST",
             Error::NoEvent(_) => "NOEVENT",
             Error::Acked(_) => "ACKED",
+            Error::NoGroup(_) => "NOGROUP",
             Error::NoAuth(_) => "NOAUTH",
             Error::WrongPass(_) => "WRONGPASS",
             Error::StoreIo(_) => "IOERR",

@@ -155,7 +155,33 @@ impl AsyncClient {
         lease: Duration,
         block: Option<Duration>,
     ) -> Result<Option<ClaimedEvent>> {
-        let cmd = proto::event_next(lease, block);
+        self.next_with(&proto::event_next(lease, block), block)
+            .await
+    }
+
+    /// [`AsyncClient::event_next`] in consumer group `group`: see
+    /// [`crate::Client::event_next_in`].
+    pub async fn event_next_in(
+        &self,
+        group: &str,
+        lease: Duration,
+        block: Option<Duration>,
+    ) -> Result<Option<ClaimedEvent>> {
+        self.next_with(&proto::event_next_in(group, lease, block), block)
+            .await
+    }
+
+    /// `EVENT.GROUP CREATE`: see [`crate::Client::group_create`].
+    pub async fn group_create(&self, name: &str, required: bool) -> Result<()> {
+        proto::ok(self.request(&proto::group_create(name, required)).await?)
+    }
+
+    /// `EVENT.GROUP DESTROY`: see [`crate::Client::group_destroy`].
+    pub async fn group_destroy(&self, name: &str) -> Result<()> {
+        proto::ok(self.request(&proto::group_destroy(name)).await?)
+    }
+
+    async fn next_with(&self, cmd: &Cmd, block: Option<Duration>) -> Result<Option<ClaimedEvent>> {
         let reply = match (self.response_timeout, block) {
             (Some(t), Some(b)) => {
                 let mut con = self.con.clone();
@@ -166,9 +192,9 @@ impl AsyncClient {
                     t.saturating_add(b)
                 };
                 con.set_response_timeout(wait);
-                con.send_packed_command(&cmd).await?
+                con.send_packed_command(cmd).await?
             }
-            _ => self.request(&cmd).await?,
+            _ => self.request(cmd).await?,
         };
         proto::claimed_event(reply)
     }

@@ -65,6 +65,29 @@ pub(crate) fn event_next(lease: Duration, block: Option<Duration>) -> Cmd {
     c
 }
 
+/// `EVENT.NEXT ... GROUP group`.
+pub(crate) fn event_next_in(group: &str, lease: Duration, block: Option<Duration>) -> Cmd {
+    let mut c = event_next(lease, block);
+    c.arg("GROUP").arg(group);
+    c
+}
+
+/// `EVENT.GROUP CREATE name REQUIRED|OPTIONAL`.
+pub(crate) fn group_create(name: &str, required: bool) -> Cmd {
+    let mut c = redis::cmd("EVENT.GROUP");
+    c.arg("CREATE")
+        .arg(name)
+        .arg(if required { "REQUIRED" } else { "OPTIONAL" });
+    c
+}
+
+/// `EVENT.GROUP DESTROY name`.
+pub(crate) fn group_destroy(name: &str) -> Cmd {
+    let mut c = redis::cmd("EVENT.GROUP");
+    c.arg("DESTROY").arg(name);
+    c
+}
+
 /// `BLOCK` argument: `Duration::MAX` waits forever (`BLOCK 0`), anything else at least 1 ms.
 pub(crate) fn block_ms(b: Duration) -> u64 {
     if b == Duration::MAX {

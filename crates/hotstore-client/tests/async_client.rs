@@ -269,3 +269,25 @@ async fn authentication() {
     let st = c3.store_stats().await.unwrap();
     assert_eq!(st["entries"].as_i64(), Some(1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_groups() {
+    let s = TestServer::start();
+    let c = connect(&s).await;
+    c.frag_put(4, 1, 0, 0, b"a", None).await.unwrap();
+    c.group_create("filter", true).await.unwrap();
+    assert!(matches!(
+        c.event_next_in("nope", LEASE, None).await,
+        Err(Error::NoGroup(_))
+    ));
+    let e = c
+        .event_next_in("filter", LEASE, Some(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .expect("offered to the group");
+    assert_eq!((e.run, e.event), (4, 1));
+    c.event_ack(&e.token, Ack::Remove, None).await.unwrap();
+    assert_eq!(c.frag_get(4, 1, 0, 0).await.unwrap(), None);
+    c.group_destroy("filter").await.unwrap();
+    s.stop();
+}

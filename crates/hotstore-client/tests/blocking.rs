@@ -653,3 +653,31 @@ fn connection_errors() {
     let r = c.ping();
     assert!(matches!(r, Err(Error::Connection(_))), "{r:?}");
 }
+
+/// Consumer groups: each group is offered every event; a group's claim is acknowledged by
+/// its token; an unknown group is `Error::NoGroup`.
+#[test]
+fn consumer_groups() {
+    let s = TestServer::start();
+    let mut c = connect(&s);
+    c.frag_put(4, 1, 0, 0, b"a", None).unwrap();
+    c.group_create("filter", true).unwrap();
+    c.group_create("monitor", false).unwrap();
+    assert!(matches!(
+        c.event_next_in("nope", LEASE, None),
+        Err(Error::NoGroup(_))
+    ));
+    assert!(matches!(c.group_destroy("nope"), Err(Error::NoGroup(_))));
+    for g in ["monitor", "filter"] {
+        let e = c.event_next_in(g, LEASE, None).unwrap().expect(g);
+        assert_eq!((e.run, e.event), (4, 1));
+        c.event_ack(&e.token, Ack::Remove, None).unwrap();
+        assert!(c.event_next_in(g, LEASE, None).unwrap().is_none());
+    }
+    // The optional monitor acknowledged first (nothing removed), then filter removed it.
+    assert_eq!(c.frag_get(4, 1, 0, 0).unwrap(), None);
+    c.group_destroy("monitor").unwrap();
+    c.group_destroy("filter").unwrap();
+    drop(c);
+    s.stop();
+}
