@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # hotstore serve vs redis-server under the same redis-benchmark grid.
 #
-# usage: benches/server_vs_redis.sh [--out FILE.md] [--reps N] [--seconds S] [--help]
+# usage: benches/server_vs_redis.sh [--out FILE.md] [--reps N] [--seconds S] [--writes-only] [--help]
 #
 # Starts three servers on free loopback ports, each on a fresh data directory:
 #   redis              redis-server --appendonly yes --appendfsync everysec --save ""
@@ -21,6 +21,8 @@
 # space, -n HOTSTORE_BENCH_FILL, default 300000, which hits ~95% of the 100000 keys) so that
 # GET finds values; the key count after the fill is printed. -n of each point is calibrated
 # per server with a short run so that one repetition takes about S seconds (default 2).
+# --writes-only (or HOTSTORE_BENCH_WRITES_ONLY=1) runs only the SET and FRAG.PUT -P 16 rows
+# (fill included): a quarter of the time, for more repetitions on a busy machine.
 #
 # Prints a table (point, redis ops/s, hotstore-memory ops/s and its ratio to redis,
 # hotstore-persisted ops/s and its ratio) and, with --out, writes it as Markdown.
@@ -47,6 +49,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=
 REPS=${HOTSTORE_BENCH_REPS:-3}
 SECONDS_PER_RUN=${HOTSTORE_BENCH_SECONDS:-2}
+WRITES_ONLY=${HOTSTORE_BENCH_WRITES_ONLY:-0}
 FILL=${HOTSTORE_BENCH_FILL:-300000}
 PREALLOC=${HOTSTORE_BENCH_PREALLOC:-8GiB}
 REDIS_FSYNC=${HOTSTORE_BENCH_REDIS_FSYNC:-everysec}
@@ -72,6 +75,10 @@ while (($#)); do
     --seconds)
       SECONDS_PER_RUN=${2:?--seconds needs a number}
       shift 2
+      ;;
+    --writes-only)
+      WRITES_ONLY=1
+      shift
       ;;
     -h | --help)
       usage
@@ -243,8 +250,10 @@ start_hotstore persisted
 echo "== $(redis-server --version | awk '{ print $1, $2, $3 }') on port ${PORTS[0]} (appendonly yes, appendfsync $REDIS_FSYNC, save \"\")"
 echo "== hotstore serve on ports ${PORTS[1]} (memory) and ${PORTS[2]} (persisted), preallocated buffer: $PREALLOC:"
 sed -n 's/^hotstore: tier /   tier /p' "$WORK/hotstore-persisted/serve.log"
-echo "== grid: SET/GET x -d 100/10240 x -P 1/32, then SET/FRAG.PUT x -d 100/10240 at -P 16; -c $CLIENTS -r $KEYSPACE; median of $REPS; ~${SECONDS_PER_RUN}s per run; $(nproc) cores"
+echo "== grid: $([[ $WRITES_ONLY == 1 ]] && echo "SET/FRAG.PUT x -d 100/10240 at -P 16 only" || echo "SET/GET x -d 100/10240 x -P 1/32, then SET/FRAG.PUT x -d 100/10240 at -P 16"); -c $CLIENTS -r $KEYSPACE; median of $REPS; ~${SECONDS_PER_RUN}s per run; $(nproc) cores"
 
+POINTS=("set 1" "set 32" "get 1" "get 32" "set 16" "frag.put 16")
+[[ $WRITES_ONLY == 1 ]] && POINTS=("set 16" "frag.put 16")
 ROWS=()
 for size in 100 10240; do
   for i in 0 1 2; do
@@ -256,7 +265,7 @@ for size in 100 10240; do
     keys+=" ${NAMES[$i]}=$v"
   done
   echo "-- filled with $FILL SETs of $size bytes; keys:$keys"
-  for point_spec in "set 1" "set 32" "get 1" "get 32" "set 16" "frag.put 16"; do
+  for point_spec in "${POINTS[@]}"; do
     read -r op pipe <<<"$point_spec"
     {
       point="${op^^} -d $size -P $pipe"

@@ -111,31 +111,7 @@ pub fn spawn_on(
     };
     let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
 
-    let metrics = Metrics::new(commands::COMMANDS.iter().map(|c| c.name));
-    let sync = GroupSync::start(store.clone(), metrics.group_commit())
-        .map_err(io_err("cannot start the sync thread".into()))?;
-    let budget_units = (config.max_buffer_memory / BUDGET_UNIT).min(Semaphore::MAX_PERMITS);
-    let limits = Limits {
-        max_bulk: config.max_bulk_len,
-        ..Limits::default()
-    };
-    let shared = Arc::new(Shared {
-        store,
-        limits,
-        sync,
-        metrics,
-        clients: Clients::default(),
-        scans: Mutex::default(),
-        shutdown: watch::channel(false).0,
-        started: Instant::now(),
-        buffer_budget: Arc::new(Semaphore::new(budget_units)),
-        buffer_budget_units: budget_units,
-        buffer_waiters: Default::default(),
-        buffer_freed: Default::default(),
-        tcp_port: tcp_addr.port(),
-        recorder,
-        config,
-    });
+    let shared = shared_state(config, store, tcp_addr.port(), recorder)?;
 
     runtime.spawn(accept_tcp(tcp, shared.clone()));
     let unix_path = match unix {
@@ -369,6 +345,41 @@ fn stop_runtime(
         Err(store) => store.flush()?,
     }
     Ok(())
+}
+
+/// The state every connection shares, with the group-commit thread started.
+pub(crate) fn shared_state(
+    config: ServerConfig,
+    store: Arc<Store>,
+    tcp_port: u16,
+    recorder: Option<Arc<dyn RecordControl>>,
+) -> Result<Arc<Shared>, ServerError> {
+    let metrics = Metrics::new(commands::COMMANDS.iter().map(|c| c.name));
+    let sync = GroupSync::start(store.clone(), metrics.group_commit())
+        .map_err(io_err("cannot start the sync thread".into()))?;
+    let budget_units = (config.max_buffer_memory / BUDGET_UNIT).min(Semaphore::MAX_PERMITS);
+    let limits = Limits {
+        max_bulk: config.max_bulk_len,
+        ..Limits::default()
+    };
+    let shared = Arc::new(Shared {
+        store,
+        limits,
+        sync,
+        metrics,
+        clients: Clients::default(),
+        scans: Mutex::default(),
+        shutdown: watch::channel(false).0,
+        started: Instant::now(),
+        buffer_budget: Arc::new(Semaphore::new(budget_units)),
+        buffer_budget_units: budget_units,
+        buffer_waiters: Default::default(),
+        buffer_freed: Default::default(),
+        tcp_port,
+        recorder,
+        config,
+    });
+    Ok(shared)
 }
 
 impl Drop for ServerHandle {

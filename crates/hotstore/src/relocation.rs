@@ -46,6 +46,9 @@ pub struct Candidate {
     pub active: bool,
     /// It cannot be relocated now (a relocation lane writes to it, or it is being freed).
     pub excluded: bool,
+    /// It holds only puts: once dead it is freed whatever it pins (its pins pass to its
+    /// holders), so it is a group by itself.
+    pub only_puts: bool,
 }
 
 /// A group chosen for relocation.
@@ -166,12 +169,17 @@ pub fn choose(cands: &[Candidate], rule: &Rule) -> Option<Choice> {
     best.map(|(_, c)| c)
 }
 
-/// `id` with every segment it pins on, transitively, oldest first; `None` if a member is
+/// `id` with every segment it pins on, transitively, oldest first (`id` alone if it holds
+/// only puts: it is freed whatever it pins); `None` if a member is
 /// unknown (gone meanwhile) or the group is larger than [`MAX_GROUP`].
 fn group_of(id: u64, by_id: &std::collections::HashMap<u64, &Candidate>) -> Option<Vec<u64>> {
     let mut group = vec![id];
     let mut members = std::collections::HashSet::from([id]);
     let mut i = 0;
+    if by_id.get(&id)?.only_puts {
+        // Freed on its own once its records have moved (`Segment::is_reclaimable`).
+        return Some(group);
+    }
     while i < group.len() {
         for t in &by_id.get(&group[i])?.targets {
             if !members.contains(t) {
@@ -202,6 +210,7 @@ mod tests {
             targets: targets.to_vec(),
             active: false,
             excluded: false,
+            only_puts: false,
         }
     }
 

@@ -152,6 +152,11 @@ pub struct Segment {
     /// Holds event-removal records: the acknowledged-event set must be persisted before this
     /// segment is recycled (see `events::acked`).
     pub holds_event_removes: AtomicBool,
+    /// Every record appended so far is a put, and the segment was made by this run (a
+    /// segment found at open is never assumed to be): once all its records are dead it may be
+    /// recycled even while it pins older segments, its pins passing to the segments that pin
+    /// it (see [`Segment::is_reclaimable`]).
+    pub only_puts: AtomicBool,
     /// Taken by a removal from the space puts may not use (the removal reserve): puts never
     /// append to it, or they would eat the room that lets a full store be drained.
     pub(crate) removals_only: AtomicBool,
@@ -193,6 +198,7 @@ impl Segment {
             pinned_by: Mutex::new(HashSet::new()),
             recycled: AtomicBool::new(false),
             holds_event_removes: AtomicBool::new(false),
+            only_puts: AtomicBool::new(false),
             removals_only: AtomicBool::new(false),
         }
     }
@@ -376,12 +382,21 @@ impl Segment {
         *self.synced_upto.lock() >= self.end.load(Ordering::Acquire)
     }
 
-    /// True if the recycler may take this segment.
+    /// True if the recycler may take this segment: sealed, every record dead, and either it
+    /// pins nothing or it holds only puts.
+    ///
+    /// A dead put always has a newer record of its key in a segment that pins this one (the
+    /// write or relocation that superseded it), and that newer record, or the tombstone that
+    /// later removed it, keeps shadowing every older put of the key as long as the pins this
+    /// segment held pass to its holders when it goes (`store::upkeep::reclaim`). So a
+    /// segment of puts can go before the older segments it pins; one holding a tombstone, an
+    /// event mark or an event removal cannot (that record may be what keeps an older one
+    /// dead).
     pub fn is_reclaimable(&self) -> bool {
         self.sealed.load(Ordering::Acquire)
             && !self.recycled.load(Ordering::Acquire)
             && self.live_records.load(Ordering::Acquire) == 0
-            && self.pins.load(Ordering::Acquire) == 0
+            && (self.pins.load(Ordering::Acquire) == 0 || self.only_puts.load(Ordering::Acquire))
     }
 }
 

@@ -352,6 +352,14 @@ impl Tier {
         }
     }
 
+    /// True if the stock of ready and free files is below its target (see `prepare_one`),
+    /// whether or not there is room to make one.
+    pub fn wants_stock(&self, reserve: usize) -> bool {
+        let s = self.state.lock();
+        let target = self.ready_target(&s) + if self.capacity_bytes == 0 { reserve } else { 0 };
+        s.free.len() + s.ready.len() < target
+    }
+
     /// Creates one ready file if the stock is below its target (see `ready_target`) and
     /// there is room; true if it did. On a tier bounded only by its device, the stock also
     /// covers the `reserve` files puts leave to removals (see [`Tier::take`]).

@@ -193,6 +193,7 @@ impl Inner {
         // Synced watermark 0: the header is persisted with the segment's first records.
         let seg = Arc::new(Segment::new(id, tier, slot, region, SEGMENT_HEADER_LEN, 0));
         seg.removals_only.store(removals_only, Ordering::Relaxed);
+        seg.only_puts.store(true, Ordering::Relaxed);
         if let Err(e) = seg.write_header(now_ns()) {
             self.poison(&e);
             return Err(e);

@@ -73,16 +73,25 @@ pub(crate) fn reclaim_all(inner: &Inner) {
     }
 }
 
-/// Prepares one ready file if the first tier's stock is low; true if it made one.
+/// Restocks the first tier if its stock of ready files is low: by cleaning if most of what it
+/// holds is dead (see `Inner::clean_for_stock`), else by making a new file; true if it did
+/// either.
 fn prepare(inner: &Inner) -> bool {
     if inner.is_poisoned.load(Ordering::Acquire) {
         return false;
     }
+    let Some(t) = inner.tiers.first() else {
+        return false;
+    };
+    let files = inner.put_reserve().div_ceil(t.segment_size as u64) as usize;
+    if !t.wants_stock(files) {
+        return false;
+    }
+    if inner.clean_for_stock(0) {
+        return true;
+    }
     // A failure here is retried later and surfaces to the writer that needs the file.
-    inner.tiers.first().is_some_and(|t| {
-        let files = inner.put_reserve().div_ceil(t.segment_size as u64) as usize;
-        t.prepare_one(files).unwrap_or(false)
-    })
+    t.prepare_one(files).unwrap_or(false)
 }
 
 fn seal(inner: &Inner, seg: &Arc<Segment>) {
@@ -120,6 +129,25 @@ fn reclaim(inner: &Inner, id: u64) {
         seg.recycled.store(true, Ordering::Release);
         by.drain().collect()
     };
+    // A segment of puts may go while it pins older segments (see `Segment::is_reclaimable`):
+    // whatever pinned it now pins those, so the chain from a tombstone down to the oldest
+    // put of its key stays whole. Only this thread recycles, so no target goes meanwhile.
+    let targets: Vec<Arc<Segment>> = if seg.pins.load(Ordering::Acquire) > 0 {
+        let all: Vec<Arc<Segment>> = inner.segments.lock().values().cloned().collect();
+        all.into_iter()
+            .filter(|t| t.id != id && t.pinned_by.lock().remove(&id))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for h in &holders {
+        let holder = inner.segments.lock().get(h).cloned();
+        if let Some(holder) = holder {
+            for t in &targets {
+                holder.pin_on(t);
+            }
+        }
+    }
     inner.segments.lock().remove(&id);
     let tier = &inner.tiers[seg.tier];
     if let Err(e) = seg.write_free_header() {

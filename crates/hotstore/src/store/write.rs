@@ -306,6 +306,10 @@ impl Inner {
         value_len: usize,
         body_crc: u32,
     ) -> Result<u64> {
+        if kind != Kind::Put {
+            // Before the record is published, so before anything can see it dead.
+            seg.only_puts.store(false, Ordering::Release);
+        }
         let lsn = self.next_lsn.fetch_add(1, Ordering::Relaxed);
         let header = record::encode_header_with(seg.id, kind, key.len(), value_len, lsn, body_crc);
         let rec_len = record::record_len(key.len(), value_len);
