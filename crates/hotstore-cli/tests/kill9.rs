@@ -33,6 +33,33 @@ const BIN: &str = env!("CARGO_BIN_EXE_hotstore");
 const THREADS: usize = 2;
 const KILLS: usize = 24;
 const CHECK_EVERY: usize = 4;
+/// Operations each run acknowledges before it may be killed (KILLS x this >= the 500 lines
+/// the test asks for in all).
+const PROGRESS_LINES: usize = 32;
+/// How long a run may take to acknowledge them before the test gives up (stuck, not slow).
+const PROGRESS_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Waits until the ack log at `path` has `lines` complete lines; panics if `child` exits
+/// first or nothing comes within [`PROGRESS_TIMEOUT`].
+fn wait_for_lines(path: &Path, lines: usize, child: &mut std::process::Child, name: &str) {
+    let start = Instant::now();
+    loop {
+        let have = std::fs::read(path)
+            .map(|b| b.iter().filter(|&&c| c == b'\n').count())
+            .unwrap_or(0);
+        if have >= lines {
+            return;
+        }
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            panic!("{name}: stress exited ({status}) with {have} of {lines} ack lines");
+        }
+        assert!(
+            start.elapsed() < PROGRESS_TIMEOUT,
+            "{name}: stress acknowledged {have} of {lines} lines in {PROGRESS_TIMEOUT:?}: stuck"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
 
 /// Held while this process has a store open and while it starts a child: a child forked while
 /// another test thread has its store open inherits the store's LOCK descriptor until it execs,
@@ -251,7 +278,11 @@ fn crash_loop(name: &str, base: &Path, extra: &[&str]) -> String {
             .spawn()
             .expect("spawn hotstore stress");
         drop(guard); // spawn returns once the child has exec'd
-        let delay = Duration::from_millis(rng.gen_range(50..=400));
+                     // Fix (a busy machine acknowledged too little in a fixed delay and failed the "tested
+                     // something" checks below): each run is killed only after it acknowledged
+                     // PROGRESS_LINES more operations, then after a random delay, however slow the machine.
+        wait_for_lines(&log_path, prev_lines + PROGRESS_LINES, &mut child, name);
+        let delay = Duration::from_millis(rng.gen_range(0..=350));
         std::thread::sleep(delay);
         if let Some(status) = child.try_wait().expect("try_wait") {
             panic!(
