@@ -517,9 +517,13 @@ pub struct ModelArgs {
 /// --path`), and each makespan is printed beside M >= D/R + D/W with D = K x image bytes (the
 /// disk's bound for disk, disk-cached, store-disk; tmpfs's for tmpfs and tiered).
 ///
-/// The default (1 GiB image of 64 chunks of 16 MiB, 2 workers, K = 4) runs all five
+/// The default (512 MiB image of 64 chunks of 8 MiB, 2 workers, K = 4) runs all five
 /// configurations in about half a minute on a 2-core VM, needs about 3 GiB free in --mem-dir
 /// and 2 GiB in --disk-dir, and removes every file it made (also on Ctrl-C).
+///
+/// Both stores use segments of a few chunks (under 60 MiB): the engine's background offload
+/// cannot move a full 64 MiB segment (its 64 MiB budget per sweep is smaller than what it
+/// reserves for one), so with chunks over about 15 MiB the tiered store's drain gives up.
 ///
 /// Sizes: --image XxYxZ voxels (or --image-bytes, rounded down to a cube), --chunk XxYxZ
 /// (edge chunks are smaller where it does not divide the image). A chunk larger than the
@@ -529,14 +533,14 @@ pub struct ModelArgs {
 #[derive(Args)]
 pub struct PipelineArgs {
     /// Image size in voxels, XxYxZ (u16 voxels).
-    #[arg(long, default_value = "1024x1024x512", value_parser = pipeline::parse_dims,
+    #[arg(long, default_value = "1024x1024x256", value_parser = pipeline::parse_dims,
           value_name = "XxYxZ", conflicts_with = "image_bytes")]
     image: [u64; 3],
     /// Image size in bytes instead (a cube of u16 voxels, side rounded down), e.g. 256MiB.
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     image_bytes: Option<u64>,
     /// Chunk size in voxels, XxYxZ.
-    #[arg(long, default_value = "256x256x128", value_parser = pipeline::parse_dims,
+    #[arg(long, default_value = "256x256x64", value_parser = pipeline::parse_dims,
           value_name = "XxYxZ")]
     chunk: [u64; 3],
     /// Worker threads.

@@ -21,6 +21,26 @@ pub struct StoreSetup {
     pub offload_high_water: f64,
     /// Writer lanes (one per worker at least).
     pub lanes: usize,
+    /// Segment file size of both stores ([`segment_size_for`]).
+    pub segment_size: usize,
+}
+
+/// A segment size whose full segments the engine can offload. The background sweep moves a
+/// group only if `live + (1 + ceil(live / (file - max_record))) * max_record` fits its 64 MiB
+/// budget (`relocation::room_to_move`): a full default 64 MiB segment never does, whatever
+/// its records (found by this benchmark; see docs/benchmarks.md). So: as many chunks of
+/// `chunk_bytes` per segment as keep that under 60 MiB (at least 1), and at most a quarter of
+/// the memory tier per segment.
+pub fn segment_size_for(chunk_bytes: u64, fast_capacity: u64) -> usize {
+    const SLACK: u64 = 8 << 10; // record header, key, alignment
+    let per = chunk_bytes + SLACK;
+    let mut n = ((60u64 << 20) / per).saturating_sub(3).max(1);
+    n = n.min(fast_capacity / (4 * per)).max(1);
+    let bytes = (4096 + n * per).next_multiple_of(4096);
+    bytes.clamp(
+        hotstore::MIN_SEGMENT_SIZE as u64,
+        hotstore::MAX_SEGMENT_SIZE as u64,
+    ) as usize
 }
 
 /// What the drain of `tiered` found: how long until the memory tier held no live record
@@ -32,6 +52,8 @@ pub struct Drain {
     pub secs: f64,
     /// Live bytes still only in the memory tier when the wait ended (0: all on disk).
     pub left_bytes: u64,
+    /// The engine's last background relocation error, if the wait gave up.
+    pub why: Option<String>,
 }
 
 /// Bytes the memory tier of `tiered` moved to the disk during the makespan, and what was in
@@ -114,9 +136,11 @@ impl Backend {
                     dirs.push(slow);
                     let cap = setup.fast_capacity;
                     let lanes = setup.lanes;
+                    let seg = setup.segment_size;
                     Box::new(move |high_water| {
                         Store::builder(&fp)
                             .lanes(lanes)
+                            .segment_size_bytes(seg)
                             .tier(TierSpec::new(&fp).capacity_bytes(cap))
                             .tier(TierSpec::new(&sp))
                             .offload_high_water(Some(high_water))
@@ -126,7 +150,8 @@ impl Backend {
                     let sp = slow.path().to_path_buf();
                     dirs.push(slow);
                     let lanes = setup.lanes;
-                    Box::new(move |_| Store::builder(&sp).lanes(lanes))
+                    let seg = setup.segment_size;
+                    Box::new(move |_| Store::builder(&sp).lanes(lanes).segment_size_bytes(seg))
                 };
                 let opts = builder(setup.offload_high_water);
                 // The memory tier's files are made and pre-faulted at open (not timed): a
@@ -319,10 +344,19 @@ impl Backend {
             }
             left = now;
         }
+        let st = reopened.stats();
+        if std::env::var_os("HOTSTORE_PIPELINE_DEBUG").is_some() {
+            eprintln!("drain: {:#?}", st.tiers);
+            eprintln!("drain: {:#?}", st.relocation);
+        }
+        let why = (left > 0)
+            .then(|| st.relocation.last_error.clone())
+            .flatten();
         *store = Some(reopened);
         Ok(Some(Drain {
             secs: started.elapsed().as_secs_f64(),
             left_bytes: left,
+            why,
         }))
     }
 

@@ -137,6 +137,8 @@ pub struct Run {
     durable_secs: Option<f64>,
     /// `tiered`: live bytes left only in the memory tier when the drain gave up (0: none).
     drain_left_bytes: Option<u64>,
+    /// `tiered`: why the drain gave up (the engine's last background error), if it did.
+    drain_error: Option<String>,
     /// `tiered`: bytes offloaded to the disk tier during the makespan.
     offloaded_bytes: Option<u64>,
     /// `tiered`: live bytes per tier at the end of the makespan.
@@ -181,6 +183,8 @@ pub struct Report {
     data_bytes: u64,
     fast_capacity_bytes: u64,
     offload_high_water: f64,
+    /// Segment file size of the stores.
+    segment_size: usize,
     devices: Vec<DeviceRates>,
     configs: Vec<ConfigResult>,
     plot: Option<PathBuf>,
@@ -278,6 +282,7 @@ pub fn run(cfg: &Config) -> Result<Report> {
         fast_capacity,
         offload_high_water: cfg.offload_high_water,
         lanes: cfg.workers.max(2),
+        segment_size: backend::segment_size_for(geo.max_chunk_bytes() as u64, fast_capacity),
     };
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); configs.len()];
     for rep in 0..cfg.repeat {
@@ -307,6 +312,7 @@ pub fn run(cfg: &Config) -> Result<Report> {
         data_bytes,
         fast_capacity_bytes: fast_capacity,
         offload_high_water: cfg.offload_high_water,
+        segment_size: setup.segment_size,
         devices,
         configs,
         plot: None,
@@ -497,6 +503,7 @@ fn run_one(
         makespan_secs: makespan,
         durable_secs,
         drain_left_bytes: drain.as_ref().map(|d| d.left_bytes),
+        drain_error: drain.as_ref().and_then(|d| d.why.clone()),
         offloaded_bytes: tiers.as_ref().map(|t| t.offloaded_bytes),
         tier_live_bytes: tiers.map(|t| t.live_bytes),
         wrong_voxels: wrong.into_inner(),
@@ -603,7 +610,14 @@ impl fmt::Display for Report {
                 "{:<12} {:>10} {:>12} {:>16} {:>8}  {}",
                 c.name,
                 secs(c.makespan_secs),
-                c.durable_secs.map_or("never".into(), secs),
+                match (
+                    c.durable_secs,
+                    c.runs.iter().any(|r| r.drain_left_bytes > Some(0))
+                ) {
+                    (Some(d), _) => secs(d),
+                    (None, true) => "gave up".into(),
+                    (None, false) => "never".into(),
+                },
                 c.bound_secs
                     .map_or("-".into(), |b| format!("{} ({})", secs(b), c.bound_device)),
                 c.makespan_over_bound
@@ -622,12 +636,22 @@ impl fmt::Display for Report {
                 if let (Some(off), Some(live)) = (r.offloaded_bytes, &r.tier_live_bytes) {
                     writeln!(
                         f,
-                        "{:<12} last run: {} offloaded during the makespan; live at its end: {} memory tier, {} disk tier",
+                        "{:<12} last run: {} offloaded during the makespan; live at its end: {} memory tier, {} disk tier; segments of {}",
                         "",
                         human_bytes(off as f64),
                         human_bytes(live.first().copied().unwrap_or(0) as f64),
-                        human_bytes(live.get(1).copied().unwrap_or(0) as f64)
+                        human_bytes(live.get(1).copied().unwrap_or(0) as f64),
+                        human_bytes(self.segment_size as f64)
                     )?;
+                    if let Some(left) = r.drain_left_bytes.filter(|&l| l > 0) {
+                        writeln!(
+                            f,
+                            "{:<12} the drain gave up with {} still only in the memory tier ({})",
+                            "",
+                            human_bytes(left as f64),
+                            r.drain_error.as_deref().unwrap_or("no progress, no error")
+                        )?;
+                    }
                 }
             }
         }
