@@ -517,7 +517,7 @@ pub struct ModelArgs {
 /// --path`), and each makespan is printed beside M >= D/R + D/W with D = K x image bytes (the
 /// disk's bound for disk, disk-cached, store-disk; tmpfs's for tmpfs and tiered).
 ///
-/// The default (512 MiB image of 64 chunks of 8 MiB, 2 workers, K = 4) runs all five
+/// The default (384 MiB image of 48 chunks of 8 MiB, 2 workers, K = 4) runs all five
 /// configurations in about half a minute on a 2-core VM, needs about 3 GiB free in --mem-dir
 /// and 2 GiB in --disk-dir, and removes every file it made (also on Ctrl-C).
 ///
@@ -533,7 +533,7 @@ pub struct ModelArgs {
 #[derive(Args)]
 pub struct PipelineArgs {
     /// Image size in voxels, XxYxZ (u16 voxels).
-    #[arg(long, default_value = "1024x1024x256", value_parser = pipeline::parse_dims,
+    #[arg(long, default_value = "1024x1024x192", value_parser = pipeline::parse_dims,
           value_name = "XxYxZ", conflicts_with = "image_bytes")]
     image: [u64; 3],
     /// Image size in bytes instead (a cube of u16 voxels, side rounded down), e.g. 256MiB.
@@ -579,7 +579,7 @@ pub struct PipelineArgs {
     #[arg(long, default_value = "0.3", value_parser = parse_secs, value_name = "SECS")]
     measure_duration: f64,
     /// Size of the file the bandwidths are measured on.
-    #[arg(long, default_value = "256MiB", value_parser = parse_size, value_name = "BYTES")]
+    #[arg(long, default_value = "128MiB", value_parser = parse_size, value_name = "BYTES")]
     measure_size: u64,
     /// Do not measure R and W (no model in the report).
     #[arg(long)]

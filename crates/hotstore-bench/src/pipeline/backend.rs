@@ -82,8 +82,8 @@ pub enum Backend {
     },
     /// hotstore.
     Store {
-        /// `None` only while reopening.
-        store: Option<Store>,
+        /// `None` only while reopening (boxed: a store is much larger than the files' variant).
+        store: Box<Option<Store>>,
         /// Directories (removed at the end, after the store is closed).
         _dirs: Vec<ScratchDir>,
         /// How it was opened.
@@ -164,7 +164,7 @@ impl Backend {
                 };
                 let store = opts.open()?;
                 Ok(Backend::Store {
-                    store: Some(store),
+                    store: Box::new(Some(store)),
                     _dirs: dirs,
                     builder,
                     tiered,
@@ -299,11 +299,11 @@ impl Backend {
     pub fn tier_figures(&self) -> Option<TierFigures> {
         match self {
             Backend::Store {
-                store: Some(s),
+                store,
                 tiered: true,
                 ..
             } => {
-                let st = s.stats();
+                let st = store.as_ref().as_ref()?.stats();
                 Some(TierFigures {
                     offloaded_bytes: st.tiers.first().map_or(0, |t| t.offloaded_out_bytes),
                     live_bytes: st.tiers.iter().map(|t| t.live_bytes).collect(),
@@ -352,7 +352,7 @@ impl Backend {
         let why = (left > 0)
             .then(|| st.relocation.last_error.clone())
             .flatten();
-        *store = Some(reopened);
+        **store = Some(reopened);
         Ok(Some(Drain {
             secs: started.elapsed().as_secs_f64(),
             left_bytes: left,

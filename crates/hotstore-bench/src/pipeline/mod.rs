@@ -601,8 +601,8 @@ impl fmt::Display for Report {
         writeln!(f)?;
         writeln!(
             f,
-            "{:<12} {:>10} {:>12} {:>16} {:>8}  {}",
-            "config", "makespan", "on disk at", "bound", "M/bound", "check"
+            "{:<12} {:>10} {:>12} {:>16} {:>8}  check",
+            "config", "makespan", "on disk at", "bound", "M/bound"
         )?;
         for c in &self.configs {
             writeln!(
