@@ -522,8 +522,8 @@ pub struct ModelArgs {
 /// and 2 GiB in --disk-dir, and removes every file it made (also on Ctrl-C).
 ///
 /// Both stores use segments of a few chunks (under 60 MiB): the engine's background offload
-/// cannot move a full 64 MiB segment (its 64 MiB budget per sweep is smaller than what it
-/// reserves for one), so with chunks over about 15 MiB the tiered store's drain gives up.
+/// cannot move a full 64 MiB segment of large records (its 64 MiB budget per sweep is smaller
+/// than the room it reserves for one), so with chunks over about 12 MiB the drain gives up.
 ///
 /// Sizes: --image XxYxZ voxels (or --image-bytes, rounded down to a cube), --chunk XxYxZ
 /// (edge chunks are smaller where it does not divide the image). A chunk larger than the

@@ -27,15 +27,18 @@ pub struct StoreSetup {
 
 /// A segment size whose full segments the engine can offload. The background sweep moves a
 /// group only if `live + (1 + ceil(live / (file - max_record))) * max_record` fits its 64 MiB
-/// budget (`relocation::room_to_move`): a full default 64 MiB segment never does, whatever
-/// its records (found by this benchmark; see docs/benchmarks.md). So: as many chunks of
-/// `chunk_bytes` per segment as keep that under 60 MiB (at least 1), and at most a quarter of
-/// the memory tier per segment.
+/// budget (`relocation::room_to_move`): a full default 64 MiB segment of records over a few
+/// KiB never does (found by this benchmark; see docs/benchmarks.md). So: as many chunks of
+/// `chunk_bytes` per segment as keep that under 60 MiB (at least 2: a segment of one large
+/// record never fits either), and at most a quarter of the memory tier per segment. Chunks
+/// over about 12 MiB cannot be offloaded at all.
 pub fn segment_size_for(chunk_bytes: u64, fast_capacity: u64) -> usize {
     const SLACK: u64 = 8 << 10; // record header, key, alignment
     let per = chunk_bytes + SLACK;
-    let mut n = ((60u64 << 20) / per).saturating_sub(3).max(1);
-    n = n.min(fast_capacity / (4 * per)).max(1);
+    // At least 2: with one record per file the engine counts a whole record of waste per
+    // few KiB of tail, and never moves it.
+    let mut n = ((60u64 << 20) / per).saturating_sub(3).max(2);
+    n = n.min(fast_capacity / (4 * per)).max(2);
     let bytes = (4096 + n * per).next_multiple_of(4096);
     bytes.clamp(
         hotstore::MIN_SEGMENT_SIZE as u64,
@@ -406,4 +409,37 @@ fn check_direct(dir: &Path) -> Result<()> {
             dir.display()
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The engine's `room_to_move` for a segment full of `chunk`-byte records.
+    fn room_for_full_segment(seg: u64, chunk: u64) -> u64 {
+        let file = seg - 4096;
+        let per = chunk + 64; // record header and key, aligned
+        let live = file / per * per;
+        let per_file = file.saturating_sub(per).max(1);
+        live + (1 + live.div_ceil(per_file)) * per
+    }
+
+    #[test]
+    fn full_segments_fit_the_offload_budget() {
+        for chunk in [64 << 10, 512 << 10, 1 << 20, 4 << 20, 8 << 20, 12 << 20] {
+            let seg = segment_size_for(chunk, 1 << 30) as u64;
+            assert!(seg >= chunk + 4096, "{chunk}: {seg}");
+            assert!(
+                room_for_full_segment(seg, chunk) <= 64 << 20,
+                "{chunk}: {seg} needs {}",
+                room_for_full_segment(seg, chunk)
+            );
+        }
+        // The default segment with 8 MiB records does not (the limit this works around).
+        assert!(room_for_full_segment(64 << 20, 8 << 20) > 64 << 20);
+        // Nor does a segment of one 8 MiB record.
+        assert!(room_for_full_segment((8 << 20) + 16384, 8 << 20) > 64 << 20);
+        // A small memory tier gets segments of a quarter of it (two chunks at least).
+        assert!(segment_size_for(1 << 20, 16 << 20) <= 4 << 20);
+    }
 }
