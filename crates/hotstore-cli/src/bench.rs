@@ -491,22 +491,26 @@ pub struct ModelArgs {
 /// iteration k-1's output (and removing it once its own output is written), a barrier between
 /// iterations. The same pipeline runs in each configuration (--configs):
 ///
-///   disk         files in --disk-dir, O_DIRECT reads and writes, fdatasync per output file:
-///                the device itself; every result is on disk when its worker moves on.
-///   disk-cached  files in --disk-dir through the page cache, the final image fdatasync'd at
-///                the end (counted): the kernel's write-back cache as a fast tier.
-///   tmpfs        files in --mem-dir: nothing survives a power cut or reboot.
-///   tiered       hotstore, a memory tier of --fast-capacity in --mem-dir over a disk tier in
-///                --disk-dir, Persisted puts: a result survives a process crash at once, a
-///                power cut once offloaded. "on disk at" is the time until the memory tier
-///                held nothing (the store closed, reopened, offloaded until empty).
-///   store-disk   hotstore, one disk tier in --disk-dir, Persisted puts: on disk when
-///                acknowledged.
+/// disk: files in --disk-dir, O_DIRECT reads and writes, fdatasync per output file: the
+/// device itself; every result is on disk when its worker moves on.
+///
+/// disk-cached: files in --disk-dir through the page cache, the final image fdatasync'd at
+/// the end (counted): the kernel's write-back cache as a fast tier.
+///
+/// tmpfs: files in --mem-dir: nothing survives a power cut or reboot.
+///
+/// tiered: hotstore, a memory tier of --fast-capacity in --mem-dir over a disk tier in
+/// --disk-dir, Persisted puts: a result survives a process crash at once, a power cut once
+/// offloaded. "on disk at" is the time until the memory tier held nothing (the store closed,
+/// reopened, offloaded until empty).
+///
+/// store-disk: hotstore, one disk tier in --disk-dir, Persisted puts: on disk when
+/// acknowledged.
 ///
 /// The initial image is written before the clock starts (and, for disk-cached, synced and
 /// dropped from the page cache); the makespan ends when the last chunk of iteration K is
 /// written and the configuration's promise holds. The final image is then read back and
-/// every voxel checked against its initial value + K (not timed; exit status 1 and the count
+/// every voxel checked against its initial value + K (not timed; exit status 2 and the count
 /// of wrong voxels if any is wrong). Why O_DIRECT for `disk`: with 24 GiB of RAM and the
 /// kernel's dirty limits (20% of memory), a buffered image of a few GiB never leaves the page
 /// cache during a run, and iteration k reads k-1's output from memory: `disk-cached` shows
@@ -517,9 +521,9 @@ pub struct ModelArgs {
 /// --path`), and each makespan is printed beside M >= D/R + D/W with D = K x image bytes (the
 /// disk's bound for disk, disk-cached, store-disk; tmpfs's for tmpfs and tiered).
 ///
-/// The default (384 MiB image of 48 chunks of 8 MiB, 2 workers, K = 4) runs all five
-/// configurations in about half a minute on a 2-core VM, needs about 3 GiB free in --mem-dir
-/// and 2 GiB in --disk-dir, and removes every file it made (also on Ctrl-C).
+/// The default (256 MiB image of 32 chunks of 8 MiB, 2 workers, K = 4) runs all five
+/// configurations in about 30-40 s on a 2-core VM (more when it is busy), needs about 1 GiB free
+/// in --mem-dir and in --disk-dir, and removes every file it made (also on Ctrl-C).
 ///
 /// Both stores use segments of a few chunks (under 60 MiB): the engine's background offload
 /// cannot move a full 64 MiB segment of large records (its 64 MiB budget per sweep is smaller
@@ -533,7 +537,7 @@ pub struct ModelArgs {
 #[derive(Args)]
 pub struct PipelineArgs {
     /// Image size in voxels, XxYxZ (u16 voxels).
-    #[arg(long, default_value = "1024x1024x192", value_parser = pipeline::parse_dims,
+    #[arg(long, default_value = "1024x1024x128", value_parser = pipeline::parse_dims,
           value_name = "XxYxZ", conflicts_with = "image_bytes")]
     image: [u64; 3],
     /// Image size in bytes instead (a cube of u16 voxels, side rounded down), e.g. 256MiB.
