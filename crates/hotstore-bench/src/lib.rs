@@ -8,6 +8,9 @@
 //!   [`bench_soak`]: long-lived keys on a bounded store (relocation's cost over minutes).
 //! * [`device`]: storage characterisation (access methods, io_uring, fio beside) and the
 //!   papers' sizing models (`bench device`, `bench model`).
+//! * [`pipeline`]: the neuroimaging paper's incrementation pipeline (`bench pipeline`): plain
+//!   files on disk and tmpfs against hotstore with a memory tier over a disk tier, beside the
+//!   makespan bound M >= D/R + D/W.
 //! * [`limits`]: the machine's own limits (memcpy bandwidth, O_DIRECT sequential writes), the
 //!   figure every benchmark prints its result beside.
 //! * [`plot`]: the plot toolkit every chart shares (font loading, PNG output, palette, axis
@@ -34,6 +37,7 @@ pub mod device;
 mod error;
 pub mod limits;
 pub mod minidaq;
+pub mod pipeline;
 pub mod plot;
 pub mod recorder_plot;
 pub mod scratch;

@@ -12,10 +12,10 @@ use std::ptr::NonNull;
 
 /// Alignment of every buffer (and the default O_DIRECT offset/length alignment): 4096 suits
 /// both 512-byte and 4 KiB logical-block devices.
-pub(super) const ALIGN: usize = 4096;
+pub(crate) const ALIGN: usize = 4096;
 
 /// A zeroed heap buffer aligned to [`ALIGN`], as O_DIRECT needs.
-pub(super) struct AlignedBuf {
+pub(crate) struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     layout: Layout,
@@ -27,7 +27,7 @@ unsafe impl Send for AlignedBuf {}
 
 impl AlignedBuf {
     /// `len` usable bytes (the allocation is rounded up to a whole number of [`ALIGN`]).
-    pub(super) fn new(len: usize) -> io::Result<Self> {
+    pub(crate) fn new(len: usize) -> io::Result<Self> {
         let size = len.max(1).div_ceil(ALIGN) * ALIGN;
         let layout = Layout::from_size_align(size, ALIGN)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -39,13 +39,13 @@ impl AlignedBuf {
         Ok(AlignedBuf { ptr, len, layout })
     }
 
-    pub(super) fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         // SAFETY: ptr points to at least len initialised (zeroed) bytes owned by self; the
         // shared borrow of self prevents mutation through as_mut_slice meanwhile.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
-    pub(super) fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in as_slice; the exclusive borrow makes this the only access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }

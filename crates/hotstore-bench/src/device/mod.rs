@@ -11,7 +11,7 @@
 //! [`run`] characterises a device ([`Config`]) and returns the [`Outcome`].
 
 mod fio;
-mod layout;
+pub(crate) mod layout;
 mod methods;
 pub mod model;
 pub mod model_cmd;

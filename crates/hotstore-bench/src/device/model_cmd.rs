@@ -44,10 +44,10 @@ pub struct Config {
 
 /// A rate and where it came from.
 #[derive(Debug, Clone, Serialize)]
-struct Rate {
-    bytes_per_sec: f64,
+pub(crate) struct Rate {
+    pub(crate) bytes_per_sec: f64,
     /// "given", or how it was measured.
-    source: String,
+    pub(crate) source: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -279,10 +279,10 @@ fn makespan(a: &Config, measure: &Measure) -> Result<MakespanReport> {
     })
 }
 
-/// How to measure a directory's bandwidth.
-struct Measure {
-    duration: Duration,
-    size: u64,
+/// How to measure a directory's bandwidth (also `bench pipeline`'s R and W).
+pub(crate) struct Measure {
+    pub(crate) duration: Duration,
+    pub(crate) size: u64,
 }
 
 const MEASURE_BLOCK: usize = 1 << 20;
@@ -291,7 +291,7 @@ const MEASURE_REPEATS: usize = 3;
 impl Measure {
     /// Sequential 1 MiB O_DIRECT reads or writes (writes: final fdatasync counted) on one
     /// file under `dir`, median of 3; buffered where O_DIRECT is refused.
-    fn rate(&self, dir: &Path, workload: Workload) -> Result<Rate> {
+    pub(crate) fn rate(&self, dir: &Path, workload: Workload) -> Result<Rate> {
         if !dir.is_dir() {
             return fail(format!("{}: not an existing directory", dir.display()));
         }
