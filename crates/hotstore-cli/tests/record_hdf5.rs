@@ -6,7 +6,9 @@
 //! name and no temporary file. Without the `hdf5` feature: the clear error instead.
 #![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(feature = "hdf5")]
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hotstore");
@@ -21,6 +23,7 @@ fn s(p: &Path) -> &str {
 
 /// Records a small recording (3 links, about 0.8 s at 5 MB/s per link: about 2150 frames of
 /// 5568 bytes, 12 MB) into `dir/store`; returns the store path.
+#[cfg(feature = "hdf5")]
 fn small_recording(dir: &Path) -> PathBuf {
     let store = dir.join("store");
     let o = run(&[
@@ -59,6 +62,7 @@ fn export_hdf5(store: &Path, out: &Path) -> Output {
 }
 
 /// Files in `dir` (none if it does not exist).
+#[cfg(feature = "hdf5")]
 fn files_in(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .map(|d| {
