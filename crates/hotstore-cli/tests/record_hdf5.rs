@@ -209,7 +209,9 @@ fn an_hdf5_export_to_a_full_file_system_fails_cleanly() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("File too large") && err.contains("rec-000001.hdf5.writing"),
+        err.contains("File too large")
+            && err.contains("rec-000001.hdf5.")
+            && err.contains(".writing"),
         "{err}"
     );
     assert_eq!(files_in(&out), Vec::<String>::new(), "{err}");

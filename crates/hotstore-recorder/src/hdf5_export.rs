@@ -13,7 +13,8 @@
 //!     Timestamps/Link0000              uint64 [frames]: each frame's timestamp (ns)
 //! ```
 //!
-//! The file is written under a temporary name (`<name>.writing`, DUNE's in-progress suffix),
+//! The file is written under a temporary name (`<name>.<pid>.writing`, with DUNE's
+//! in-progress suffix),
 //! flushed, closed, fsynced and only then renamed to its final name (and the directory
 //! fsynced), so a file under the final name is always complete. On any error the temporary
 //! file is removed; a process killed mid-export leaves only a `.writing` file.
@@ -85,8 +86,9 @@ pub fn export_hdf5(store: &Store, recording: u32, out_dir: &Path) -> Result<Hdf5
         }
     }
     let path = out_dir.join(file_name(recording));
+    // The process id keeps two exports of the same recording at once from sharing a file.
     let mut tmp_name = path.as_os_str().to_owned();
-    tmp_name.push(IN_PROGRESS_SUFFIX);
+    tmp_name.push(format!(".{}{IN_PROGRESS_SUFFIX}", std::process::id()));
     let tmp = PathBuf::from(tmp_name);
     let result = write_file(store, &m, &tmp).and_then(|mut done| {
         let io = |what: &'static str, p: &Path| {

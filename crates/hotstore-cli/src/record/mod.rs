@@ -157,7 +157,7 @@ struct VerifyArgs {
 /// (`OUT/rec-NNNNNN.hdf5`) in a layout modelled on DUNE's trigger records: a group per time
 /// slice, a dataset per link (docs/record-hdf5.md).
 ///
-/// The HDF5 file is written as `rec-NNNNNN.hdf5.writing` and renamed when complete and
+/// The HDF5 file is written as `rec-NNNNNN.hdf5.<pid>.writing` and renamed when complete and
 /// durable; on any error (a full disk, say) nothing is left under the final name. HDF5 needs a
 /// binary built with the `hdf5` feature (libhdf5-dev installed, then `cargo build --release -p
 /// hotstore-cli --features hdf5`).
