@@ -60,6 +60,28 @@ pub enum RecorderError {
         /// Why.
         reason: String,
     },
+    /// An export does not fit: the output's file system has less free space than the frames
+    /// alone need (checked before writing; a file system that fills up during the export gives
+    /// [`RecorderError::Io`] with the OS error instead).
+    #[error("export to {}: needs at least {need} bytes for the frames, the file system has {free} free (free space or choose another --out)", path.display())]
+    NoSpace {
+        /// The output directory.
+        path: PathBuf,
+        /// Bytes the frames and their timestamps take (a lower bound of the file's size).
+        need: u64,
+        /// Bytes free for this user.
+        free: u64,
+    },
+    /// The HDF5 library refused an operation of an export (its error stack's description).
+    #[error("HDF5 export: {what} {}: {reason}", path.display())]
+    Hdf5 {
+        /// The operation.
+        what: String,
+        /// The file being written.
+        path: PathBuf,
+        /// The library's description.
+        reason: String,
+    },
     /// The recorder has stopped (a writer failed or it was shut down).
     #[error("the recorder has stopped: {0}")]
     Stopped(String),

@@ -5,10 +5,12 @@
 //! [`source`]); a trigger ([`RecorderHandle::trigger`]) records `[T - pre, T + post)` of every
 //! link into the store as ordinary events (one event per time slice, one fragment per link per
 //! slice; see [`slice`](mod@slice)), durably, with a manifest per recording ([`manifest`]).
-//! [`verify`] proves a recording has no gap and no corrupt frame; [`export`] writes it out.
+//! [`verify`] proves a recording has no gap and no corrupt frame; [`export`] writes it out as raw files per link, and `export_hdf5` (feature `hdf5`) as one HDF5 file.
 
 pub mod error;
 pub mod frame;
+#[cfg(feature = "hdf5")]
+pub mod hdf5_export;
 pub mod manifest;
 pub mod readback;
 pub mod recorder;
@@ -17,6 +19,8 @@ pub mod slice;
 pub mod source;
 
 pub use error::{RecorderError, Result};
+#[cfg(feature = "hdf5")]
+pub use hdf5_export::{export_hdf5, Hdf5Export};
 pub use manifest::{Manifest, RecordingState};
 pub use readback::{export, verify, VerifyReport};
 pub use recorder::{

@@ -87,7 +87,7 @@ pub struct VerifyReport {
 }
 
 /// Walks every slice fragment of `recording` in key order (slice, link, part).
-fn for_each_slice(
+pub(crate) fn for_each_slice(
     store: &Store,
     recording: u32,
     mut f: impl FnMut(&[u8], std::result::Result<Slice<'_>, slice::BadSlice>),

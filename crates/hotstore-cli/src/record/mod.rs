@@ -152,8 +152,15 @@ struct VerifyArgs {
     json: bool,
 }
 
-/// Write each link's frames of a recording, in time order, as raw binary files
-/// (`OUT/link-NNNN.bin`, frames back to back).
+/// Write a recording out: by default each link's frames, in time order, as raw binary files
+/// (`OUT/link-NNNN.bin`, frames back to back); with `--format hdf5` one HDF5 file
+/// (`OUT/rec-NNNNNN.hdf5`) in a layout modelled on DUNE's trigger records: a group per time
+/// slice, a dataset per link (docs/record-hdf5.md).
+///
+/// The HDF5 file is written as `rec-NNNNNN.hdf5.<pid>.writing` and renamed when complete and
+/// durable; on any error (a full disk, say) nothing is left under the final name. HDF5 needs a
+/// binary built with the `hdf5` feature (libhdf5-dev installed, then `cargo build --release -p
+/// hotstore-cli --features hdf5`).
 #[derive(Args)]
 struct ExportArgs {
     /// Store directory.
@@ -165,6 +172,18 @@ struct ExportArgs {
     /// Output directory (created if missing).
     #[arg(long, value_name = "OUT_DIR")]
     out: PathBuf,
+    /// Output format: `raw` (a file per link) or `hdf5` (one file per recording).
+    #[arg(long, value_enum, default_value = "raw")]
+    format: ExportFormat,
+}
+
+/// What `record export` writes.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ExportFormat {
+    /// `OUT/link-NNNN.bin` per link: the frames back to back.
+    Raw,
+    /// `OUT/rec-NNNNNN.hdf5`: a group per time slice, a dataset per link.
+    Hdf5,
 }
 
 /// Send generator frames over UDP to a recorder's --source addresses (address i is link i).
@@ -231,7 +250,10 @@ impl RecordArgs {
 pub fn run(a: RecordArgs) -> CliResult<ExitCode> {
     match a.cmd {
         Some(RecordCmd::Verify(v)) => readback::verify(&v.dir, v.recording, v.json),
-        Some(RecordCmd::Export(e)) => readback::export(&e.dir, e.recording, &e.out),
+        Some(RecordCmd::Export(e)) => match e.format {
+            ExportFormat::Raw => readback::export(&e.dir, e.recording, &e.out),
+            ExportFormat::Hdf5 => readback::export_hdf5(&e.dir, e.recording, &e.out),
+        },
         Some(RecordCmd::Send(s)) => send(s),
         None => run::record(a.run),
     }

@@ -100,3 +100,33 @@ pub fn export(dir: &Path, recording: u32, out: &Path) -> CliResult<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Exports one recording as one HDF5 file.
+#[cfg(feature = "hdf5")]
+pub fn export_hdf5(dir: &Path, recording: u32, out: &Path) -> CliResult<ExitCode> {
+    let store = open(dir)?;
+    let x = hotstore_recorder::export_hdf5(&store, recording, out).map_err(err)?;
+    let frames: u64 = x.links.iter().map(|l| l.1).sum();
+    println!(
+        "recording {recording}: {frames} frames on {} links in {} slices, {} of frames -> {} ({})",
+        x.links.len(),
+        x.slices,
+        human_bytes(x.frame_bytes as f64),
+        x.path.display(),
+        human_bytes(x.file_bytes as f64)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Without the `hdf5` feature: says how to get a binary that has it.
+#[cfg(not(feature = "hdf5"))]
+pub fn export_hdf5(_dir: &Path, _recording: u32, _out: &Path) -> CliResult<ExitCode> {
+    Err(err(HDF5_MISSING))
+}
+
+/// The message of `--format hdf5` in a binary built without HDF5.
+#[cfg(not(feature = "hdf5"))]
+pub const HDF5_MISSING: &str = "this hotstore was built without HDF5 support (the `hdf5` cargo \
+feature, which links the system's libhdf5): install the library (Debian/Ubuntu: `apt-get install \
+libhdf5-dev`) and rebuild with `cargo build --release -p hotstore-cli --features hdf5` (or \
+`cargo install --path crates/hotstore-cli --features hdf5`); `--format raw` needs nothing more";
