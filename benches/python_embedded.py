@@ -13,7 +13,8 @@ are held (Rust: ``--keep``), so the store recycles segments and never fills; get
 KEEP stored keys in turn. Python puts a numpy uint8 array (embedded: its buffer, no
 intermediate copy; network: ``arr.tobytes()``, as redis-py needs bytes); a Python get wraps the
 value with numpy.frombuffer (embedded: zero-copy over the store; network: over the reply's
-bytes). Durability persisted (on tmpfs a no-op, as in the Rust run).
+bytes). Durability persisted (on tmpfs a no-op, as in the Rust run). Every store is bounded by the Rust
+bench's automatic capacity, and every run has its 0.3 s warm-up.
 """
 
 import argparse
@@ -41,6 +42,19 @@ def default_binary():
     return os.path.join(target, "release", "hotstore")
 
 
+def bench_capacity(base):
+    """The Rust bench's automatic capacity: half the free space, on a memory file system at
+    most a quarter of the available RAM, in whole 64 MiB segments. Every variant gets it: a
+    bounded store keeps its recycled files pooled."""
+    st = os.statvfs(base)
+    cap = st.f_bavail * st.f_frsize // 2
+    if os.path.realpath(base).startswith("/dev/shm"):
+        with open("/proc/meminfo") as f:
+            avail = next(int(l.split()[1]) * 1024 for l in f if l.startswith("MemAvailable:"))
+        cap = min(cap, avail // 4)
+    return cap - cap % (64 << 20)
+
+
 def keys(n):
     return [hotstore.fragment_key(1, i, 0, 0) for i in range(n)]
 
@@ -65,9 +79,9 @@ def timed_loop(duration, step):
 def embedded_put(base, size, duration, keep):
     d = tempfile.mkdtemp(dir=base)
     try:
-        with hotstore.open(os.path.join(d, "s")) as s:
+        with hotstore.open(os.path.join(d, "s"), capacity=bench_capacity(base)) as s:
             value = np.full(size, 7, dtype=np.uint8)
-            ks = keys(1 << 20)
+            ks = keys(1 << 18)
             put, remove = s.put, s.remove
 
             def step(i):
@@ -75,7 +89,7 @@ def embedded_put(base, size, duration, keep):
                 if i >= keep:
                     remove(ks[(i - keep) % len(ks)])
 
-            timed_loop(min(0.5, duration), step)  # warm-up
+            timed_loop(0.3, step)  # warm-up, as the Rust bench's
             return timed_loop(duration, lambda i: step(i + (1 << 19)))
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -84,7 +98,7 @@ def embedded_put(base, size, duration, keep):
 def embedded_get(base, size, duration, keep):
     d = tempfile.mkdtemp(dir=base)
     try:
-        with hotstore.open(os.path.join(d, "s")) as s:
+        with hotstore.open(os.path.join(d, "s"), capacity=bench_capacity(base)) as s:
             ks = keys(keep)
             for k in ks:
                 s.put(k, np.full(size, 3, dtype=np.uint8))
@@ -95,7 +109,7 @@ def embedded_get(base, size, duration, keep):
                 a = frombuffer(get(ks[i % keep]), np.uint8)
                 assert a.size == size
 
-            timed_loop(min(0.5, duration), step)
+            timed_loop(0.3, step)
             return timed_loop(duration, step)
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -115,7 +129,8 @@ class Server:
         self.dir = tempfile.mkdtemp(dir=base)
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [binary, "serve", "--dir", os.path.join(self.dir, "s"), "--port", str(self.port)],
+            [binary, "serve", "--dir", os.path.join(self.dir, "s"), "--port", str(self.port),
+             "--capacity", str(bench_capacity(base))],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -142,14 +157,14 @@ def network_put(binary, base, size, duration, keep):
     try:
         r = srv.client.redis
         value = np.full(size, 7, dtype=np.uint8)
-        ks = keys(1 << 20)
+        ks = keys(1 << 18)
 
         def step(i):
             r.set(ks[i % len(ks)], value.tobytes())
             if i >= keep:
                 r.delete(ks[(i - keep) % len(ks)])
 
-        timed_loop(min(0.5, duration), step)
+        timed_loop(0.3, step)
         return timed_loop(duration, lambda i: step(i + (1 << 19)))
     finally:
         srv.close()
@@ -167,7 +182,7 @@ def network_get(binary, base, size, duration, keep):
             a = np.frombuffer(r.get(ks[i % keep]), np.uint8)
             assert a.size == size
 
-        timed_loop(min(0.5, duration), step)
+        timed_loop(0.3, step)
         return timed_loop(duration, step)
     finally:
         srv.close()
