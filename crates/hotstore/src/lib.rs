@@ -53,7 +53,7 @@ pub use options::{
 pub use record::MAX_VALUE_LEN;
 pub use recovery::RecoveryReport;
 pub use stats::{Relocation, Stats, TierStats, Wait, Waits};
-pub use store::{Reservation, Store, MAX_VALUE_PARTS};
+pub use store::{Reservation, Store, ValueRef, MAX_VALUE_PARTS};
 pub use verify::{verify_dir, Damage, VerifyReport};
 
 /// Not part of the API: raw internals that the workspace's own tests need and no user should

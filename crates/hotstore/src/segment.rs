@@ -147,6 +147,9 @@ pub struct Segment {
     pub pins: AtomicU64,
     /// Ids of segments that shadow records in this one (they hold a pin on us).
     pub pinned_by: Mutex<HashSet<u64>>,
+    /// Readers holding a value of this segment in place ([`crate::ValueRef`]): while > 0
+    /// the segment is not recycled, so the bytes they see neither change nor go away.
+    pub readers: AtomicU64,
     /// Set once the file was handed back for reuse.
     pub recycled: AtomicBool,
     /// Holds event-removal records: the acknowledged-event set must be persisted before this
@@ -196,6 +199,7 @@ impl Segment {
             max_record: AtomicU64::new(0),
             pins: AtomicU64::new(0),
             pinned_by: Mutex::new(HashSet::new()),
+            readers: AtomicU64::new(0),
             recycled: AtomicBool::new(false),
             holds_event_removes: AtomicBool::new(false),
             only_puts: AtomicBool::new(false),
@@ -397,6 +401,7 @@ impl Segment {
             && !self.recycled.load(Ordering::Acquire)
             && self.live_records.load(Ordering::Acquire) == 0
             && (self.pins.load(Ordering::Acquire) == 0 || self.only_puts.load(Ordering::Acquire))
+            && self.readers.load(Ordering::SeqCst) == 0
     }
 }
 

@@ -16,6 +16,7 @@ mod relocate;
 mod upkeep;
 mod write;
 
+pub use read::ValueRef;
 pub use write::Reservation;
 
 use crate::commit::GroupCommit;

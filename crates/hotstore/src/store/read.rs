@@ -19,6 +19,28 @@ impl Store {
         Ok(Some(f(value)))
     }
 
+    /// The value of `key` held in place (no copy): a [`ValueRef`] keeps the record's segment
+    /// from being recycled until it is dropped, so its bytes stay valid and unchanged even
+    /// after the key is overwritten or removed, relocated, or the store closed (the store's
+    /// directory then stays locked until the last `ValueRef` is dropped). For handing a
+    /// value to another owner without a copy (a Python buffer). Checksums are verified
+    /// unless turned off in the options.
+    pub fn get_ref(&self, key: &[u8]) -> Result<Option<ValueRef>> {
+        let shard = self.inner.index.shard(key).read();
+        let Some(loc) = shard.get(&IndexKey::new(key)) else {
+            return Ok(None);
+        };
+        let value = self.inner.read_value(key, loc)?;
+        // Pinned under the shard lock, while the record is live: whatever makes it dead
+        // takes this lock after us, so the recycler sees the pin (see `Segment::readers`).
+        Ok(Some(ValueRef::new(
+            self.inner.clone(),
+            loc.seg.clone(),
+            value.as_ptr(),
+            value.len(),
+        )))
+    }
+
     /// Length of the value of `key`, if present (no value read).
     pub fn value_len(&self, key: &[u8]) -> Option<usize> {
         self.inner
@@ -102,5 +124,90 @@ impl Inner {
         }
         let start = HEADER_LEN + key.len();
         Ok(&rec[start..start + loc.value_len as usize])
+    }
+}
+
+/// A value held in place in the store's memory ([`Store::get_ref`],
+/// [`Reservation::commit_ref`](crate::Reservation::commit_ref)). While it lives, the segment
+/// holding the value is not recycled (relocation and removal may make the record dead, but
+/// its bytes stay where they are), and the store's files stay mapped and locked. Dereferences
+/// to the value's bytes.
+pub struct ValueRef {
+    inner: Arc<Inner>,
+    seg: Arc<Segment>,
+    ptr: *const u8,
+    len: usize,
+}
+
+// Safety: the bytes behind `ptr` are published (immutable) store memory, kept mapped by
+// `seg` (which holds the region) and kept from reuse by the reader count; sharing a
+// read-only view of them between threads is sound, as for `&[u8]`.
+unsafe impl Send for ValueRef {}
+// Safety: as for Send: only shared, read-only access to immutable bytes.
+unsafe impl Sync for ValueRef {}
+
+impl ValueRef {
+    /// Pins `seg` (count one more reader) for the value at `ptr..ptr + len` inside it. The
+    /// caller must make sure `seg` cannot be recycled before the count is taken (hold the
+    /// key's index shard lock with the record live, or the lane of its active segment).
+    pub(crate) fn new(inner: Arc<Inner>, seg: Arc<Segment>, ptr: *const u8, len: usize) -> Self {
+        seg.readers.fetch_add(1, Ordering::SeqCst);
+        ValueRef {
+            inner,
+            seg,
+            ptr,
+            len,
+        }
+    }
+
+    /// The value's bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // Safety: `ptr..ptr + len` lies in the segment's region (it came from a bounds-checked
+        // slice of it), the region stays mapped while `seg` lives, and the reader count keeps
+        // the segment from being recycled, so the published bytes are never written again.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// Address of the value's first byte in the store's memory (stable while `self` lives).
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+
+    /// The value's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty value.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::ops::Deref for ValueRef {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl AsRef<[u8]> for ValueRef {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for ValueRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ValueRef({} bytes in {:?})", self.len, self.seg)
+    }
+}
+
+impl Drop for ValueRef {
+    fn drop(&mut self) {
+        if self.seg.readers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            // The last reader: a segment whose records all died meanwhile can go now.
+            self.inner.maybe_reclaim(&self.seg);
+        }
     }
 }

@@ -153,7 +153,10 @@ impl Inner {
                 max_record_bytes: s.max_record.load(Ordering::Relaxed),
                 targets: targets.remove(&s.id).unwrap_or_default(),
                 active: !s.sealed.load(Ordering::Acquire),
-                excluded: s.recycled.load(Ordering::Acquire),
+                // A segment under a reader (`ValueRef`) cannot be freed now: relocating it
+                // would gain nothing (and compaction would pick it again and again).
+                excluded: s.recycled.load(Ordering::Acquire)
+                    || s.readers.load(Ordering::SeqCst) > 0,
                 only_puts: s.only_puts.load(Ordering::Acquire),
             })
             .collect()

@@ -207,6 +207,7 @@ fn reclaim_groups(inner: &Inner) {
         s.sealed.load(Ordering::Acquire)
             && !s.recycled.load(Ordering::Acquire)
             && s.live_records.load(Ordering::Acquire) == 0
+            && s.readers.load(Ordering::SeqCst) == 0
     };
     let mut group: HashSet<u64> = segs.iter().filter(|s| dead(s)).map(|s| s.id).collect();
     if !segs

@@ -152,7 +152,7 @@ impl Store {
 
 /// Space reserved by [`Store::reserve`]: fill [`Reservation::value_mut`], then commit.
 pub struct Reservation<'a> {
-    inner: &'a Inner,
+    inner: &'a Arc<Inner>,
     lane: MutexGuard<'a, Lane>,
     seg: Arc<Segment>,
     off: usize,
@@ -177,7 +177,24 @@ impl Reservation<'_> {
     }
 
     /// Publishes the value and returns once `durability` holds.
-    pub fn commit(mut self, durability: Durability) -> Result<()> {
+    pub fn commit(self, durability: Durability) -> Result<()> {
+        self.commit_inner(durability, false).map(|_| ())
+    }
+
+    /// [`Reservation::commit`], returning the committed value held in place (a
+    /// [`ValueRef`](crate::ValueRef), pinned before the record is published): for a caller that
+    /// handed the reserved memory on (a Python buffer) and must keep it valid after the commit.
+    /// On an error the pin is released with the reservation.
+    pub fn commit_ref(self, durability: Durability) -> Result<crate::ValueRef> {
+        self.commit_inner(durability, true)?
+            .ok_or_else(|| Error::InvalidArgument("commit_ref: the value was not pinned".into()))
+    }
+
+    fn commit_inner(
+        mut self,
+        durability: Durability,
+        pin: bool,
+    ) -> Result<Option<crate::ValueRef>> {
         // Safety: our own reserved, fully written range.
         let (key, value) = unsafe {
             let kv = self
@@ -186,6 +203,15 @@ impl Reservation<'_> {
             kv.split_at(self.key_len)
         };
         let body_crc = record::body_checksum(key, value);
+        // Pinned while the lane is held: the active segment cannot be recycled yet.
+        let pinned = pin.then(|| {
+            crate::ValueRef::new(
+                self.inner.clone(),
+                self.seg.clone(),
+                value.as_ptr(),
+                value.len(),
+            )
+        });
         let mut shard = self.inner.index.shard(key).write();
         self.inner.publish(
             &mut self.lane,
@@ -200,7 +226,8 @@ impl Reservation<'_> {
         drop(shard);
         self.lane.puts += 1;
         self.lane.bytes += record::record_len(self.key_len, self.value_len) as u64;
-        self.inner.durable(self.lane, &self.seg, durability)
+        self.inner.durable(self.lane, &self.seg, durability)?;
+        Ok(pinned)
     }
 }
 
