@@ -604,3 +604,16 @@ def test_package_exports():
         assert issubclass(getattr(hotstore, name), hotstore.HotstoreError)
     assert issubclass(hotstore.StoreLocked, hotstore.HotstoreError)
     assert hotstore.Store.__doc__ and hotstore.Store.put.__doc__
+
+
+def test_readme_python_example_runs(path):
+    """README.md's Python example runs as written (its store path made a temporary one)."""
+    readme = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+    with open(readme) as f:
+        text = f.read()
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "hotstore.open" in block
+    code = block.replace('"/dev/shm/buffer"', repr(path))
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert np.array_equal(scope["a"], np.arange(1024, dtype=np.uint16))
