@@ -8,6 +8,7 @@ timing: waits are bounded by events, and timeouts are only upper bounds.
 
 import gc
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,10 @@ SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
 def path():
     d = tempfile.mkdtemp(prefix="hotstore-py-", dir=SHM)
     yield os.path.join(d, "store")
+    # /dev/shm is memory: leave nothing there (values still mapped keep their pages until
+    # they go, the names go now).
+    gc.collect()
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture
