@@ -41,7 +41,7 @@ class Reservation(Buffer):
     """Space reserved in the store's memory: a writable buffer; commit() publishes it."""
 
     nbytes: int
-    state: Literal["open", "committed", "aborted"]
+    state: Literal["open", "committing", "committed", "aborted"]
     exports: int
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...

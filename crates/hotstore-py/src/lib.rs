@@ -1054,6 +1054,8 @@ enum ResState {
     Open(hotstore::Reservation<'static>, Arc<Engine>),
     /// Committed: the pin keeps the memory valid for arrays still over it.
     Committed(#[allow(dead_code, reason = "held for its Drop")] ValueRef),
+    /// Being committed (by a thread that released the GIL).
+    Committing,
     /// Aborted, or its commit failed: nothing to hold.
     Done,
 }
@@ -1117,6 +1119,7 @@ impl Reservation {
         match *self.state.lock() {
             ResState::Open(..) => "open",
             ResState::Committed(_) => "committed",
+            ResState::Committing => "committing",
             ResState::Done => "aborted",
         }
     }
@@ -1152,20 +1155,27 @@ impl Reservation {
                 self.len
             )));
         }
-        let state = self.state.lock();
-        if !matches!(*state, ResState::Open(..)) {
-            return Err(invalid("the reservation is no longer open".to_string()));
+        {
+            // Not held across the copy (another thread taking it with the GIL would wait for
+            // us while we wait for the GIL): the copy counts as an export instead, so the
+            // reservation cannot be aborted, and its space reused, under it.
+            let state = self.state.lock();
+            if !matches!(*state, ResState::Open(..)) {
+                return Err(invalid("the reservation is no longer open".to_string()));
+            }
+            self.exports.fetch_add(1, Ordering::SeqCst);
         }
         let dst = self.ptr;
         let src = &data;
         let n = self.len;
         py.detach(move || {
             let dst = dst;
-            // Safety: the reservation is open (its lane holds the range for us) and `n`
-            // bytes long; the source is a different (Python) buffer of `n` bytes.
+            // Safety: the reservation was open and cannot be discarded while this copy counts
+            // as an export (a commit meanwhile keeps the memory pinned); `n` bytes long; the
+            // source is a different (Python) buffer of `n` bytes.
             unsafe { std::ptr::copy(src.as_slice().as_ptr(), dst.0, n) };
         });
-        drop(state);
+        self.exports.fetch_sub(1, Ordering::SeqCst);
         Ok(())
     }
 
@@ -1175,24 +1185,35 @@ impl Reservation {
     #[pyo3(signature = (durability=None))]
     fn commit(&self, py: Python<'_>, durability: Option<&str>) -> PyResult<()> {
         let d = self::durability(durability, self.shared.durability)?;
-        let mut state = self.state.lock();
-        let ResState::Open(res, engine) = std::mem::replace(&mut *state, ResState::Done) else {
-            return Err(invalid(
-                "the reservation was already committed or aborted".to_string(),
-            ));
+        let (res, engine) = {
+            let mut state = self.state.lock();
+            match std::mem::replace(&mut *state, ResState::Committing) {
+                ResState::Open(res, engine) => (res, engine),
+                other => {
+                    *state = other;
+                    return Err(invalid(
+                        "the reservation was already committed or aborted".to_string(),
+                    ));
+                }
+            }
         };
-        self.settle();
+        // The state lock is not held across the commit (see `fill`).
         let done = py.detach(move || {
             let r = res.commit_ref(d);
             drop(engine);
             r
         });
+        self.settle();
+        let mut state = self.state.lock();
         match done {
             Ok(pin) => {
                 *state = ResState::Committed(pin);
                 Ok(())
             }
-            Err(e) => Err(err(e)),
+            Err(e) => {
+                *state = ResState::Done;
+                Err(err(e))
+            }
         }
     }
 
@@ -1260,6 +1281,11 @@ impl Reservation {
                     ));
                 }
                 1
+            }
+            ResState::Committing => {
+                return Err(PyBufferError::new_err(
+                    "the reservation is being committed: get() its value afterwards",
+                ))
             }
             ResState::Done => {
                 return Err(PyBufferError::new_err(
