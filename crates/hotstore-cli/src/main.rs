@@ -13,6 +13,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bench;
+mod cluster;
 mod compact;
 mod dump;
 mod inspect;
@@ -59,6 +60,8 @@ enum Command {
     Minidaq(minidaq::MinidaqArgs),
     Serve(serve::ServeArgs),
     Record(record::RecordArgs),
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
 }
 
 /// Show what is in a store: layout, tiers and what survives a power cut, sizes, recovery.
@@ -169,6 +172,7 @@ fn run(cli: Cli) -> CliResult<ExitCode> {
         Command::Minidaq(a) => return minidaq::run(a),
         Command::Record(a) => return record::run(a),
         Command::Bench(b) => return bench::run(b),
+        Command::Cluster(c) => return cluster::run(c),
     }
     Ok(ExitCode::SUCCESS)
 }

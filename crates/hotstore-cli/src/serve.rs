@@ -104,6 +104,15 @@ pub struct ServeArgs {
     /// listed by EVENT.RANGE, claimed only by EVENT.CLAIM; 0: never [default: 0].
     #[arg(long)]
     max_deliveries: Option<u32>,
+    /// Cluster mode: serve as one node of the cluster map FILE (`hotstore cluster create`
+    /// makes one). Keys and events of other nodes' hash slots answer `MOVED`, so Redis
+    /// Cluster clients (redis-py RedisCluster, redis-rs cluster, `redis-cli -c`) find them.
+    /// See docs/cluster.md.
+    #[arg(long, value_name = "FILE")]
+    cluster: Option<PathBuf>,
+    /// This node's id in the cluster map [default: the node at --bind:--port].
+    #[arg(long, requires = "cluster", value_name = "ID")]
+    cluster_id: Option<String>,
 }
 
 fn config_from(a: ServeArgs) -> CliResult<ServerConfig> {
@@ -134,6 +143,12 @@ fn config_from(a: ServeArgs) -> CliResult<ServerConfig> {
     }
     if let Some(v) = a.offload_to {
         c.offload_to = Some(v);
+    }
+    if let Some(v) = a.cluster {
+        c.cluster = Some(v);
+    }
+    if let Some(v) = a.cluster_id {
+        c.cluster_id = Some(v);
     }
     if let Some(v) = a.requirepass {
         c.requirepass = Some(v);

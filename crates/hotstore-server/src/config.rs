@@ -64,6 +64,11 @@ pub struct ServerConfig {
     /// Refuse FLUSHALL and FLUSHDB (for production buffers: one stray command would remove
     /// every event not yet consumed).
     pub disable_flush: bool,
+    /// Cluster mode: the map file naming every node and the hash slots it serves (see
+    /// docs/cluster.md). Keys of other nodes' slots answer `MOVED`.
+    pub cluster: Option<PathBuf>,
+    /// This node's id in the cluster map (default: the node whose address is `bind:port`).
+    pub cluster_id: Option<String>,
 }
 
 fn de_durability<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Durability, D::Error> {
@@ -95,6 +100,8 @@ impl Default for ServerConfig {
             incomplete_timeout_ms: None,
             max_deliveries: 0,
             disable_flush: false,
+            cluster: None,
+            cluster_id: None,
         }
     }
 }
@@ -182,6 +189,16 @@ impl ServerConfig {
         }
         if matches!(&self.requirepass, Some(p) if p.is_empty()) {
             return bad("requirepass must not be empty".into());
+        }
+        if self.cluster.is_some() && self.port == 0 {
+            return bad(
+                "a cluster node needs a fixed --port: clients are sent to the address the \
+                 cluster map gives it"
+                    .into(),
+            );
+        }
+        if self.cluster_id.is_some() && self.cluster.is_none() {
+            return bad("cluster-id needs a cluster map (--cluster FILE)".into());
         }
         Ok(ip)
     }

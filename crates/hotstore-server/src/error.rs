@@ -62,6 +62,7 @@ pub fn error_kind(reply: &str) -> &'static str {
         "NOGROUP" => "nogroup",
         "IOERR" => "io",
         "NOAUTH" | "WRONGPASS" => "auth",
+        "MOVED" | "CROSSSLOT" => "cluster",
         _ => "request",
     }
 }

@@ -10,7 +10,8 @@
 //! connection's loop, back-pressure, durability before replies), `session` (the connection
 //! state commands see), `shared` (state of all connections), `sync` (group commit),
 //! `metrics` (Prometheus; told the command names and figures, it imports no other module),
-//! `server` (listeners, start and stop), `config`. No two modules import each other.
+//! `server` (listeners, start and stop), `config`, `cluster` (the slot map of cluster mode:
+//! which node serves which keys). No two modules import each other.
 
 /// Writes one line to stderr, never panicking: a server ignores SIGPIPE, so `eprintln!` to a
 /// stderr whose reader went away (`hotstore serve 2>&1 | head`) would panic a worker.
@@ -21,6 +22,7 @@ macro_rules! log_line {
     }};
 }
 
+pub mod cluster;
 mod commands;
 mod config;
 mod conn;

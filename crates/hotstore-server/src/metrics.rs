@@ -148,7 +148,7 @@ struct CommandStats {
 }
 
 /// Error kinds counted (see `error::error_kind`).
-const ERROR_KINDS: [&str; 9] = [
+const ERROR_KINDS: [&str; 11] = [
     "protocol",
     "request",
     "auth",
@@ -157,7 +157,9 @@ const ERROR_KINDS: [&str; 9] = [
     "claimlost",
     "noevent",
     "acked",
+    "nogroup",
     "io",
+    "cluster",
 ];
 
 /// The server's metrics.

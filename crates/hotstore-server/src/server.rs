@@ -2,6 +2,7 @@
 //! runtime, and stop gracefully (stop accepting, let in-flight requests finish and be
 //! answered, then close the store, which persists everything).
 
+use crate::cluster::Cluster;
 use crate::commands;
 use crate::config::ServerConfig;
 use crate::conn;
@@ -354,6 +355,24 @@ pub(crate) fn shared_state(
     tcp_port: u16,
     recorder: Option<Arc<dyn RecordControl>>,
 ) -> Result<Arc<Shared>, ServerError> {
+    let cluster = match &config.cluster {
+        Some(path) => {
+            let c = Cluster::load(path, config.cluster_id.as_deref(), &config.bind, tcp_port)
+                .and_then(|c| c.claim_store(&config.dir).map(|()| c))
+                .map_err(|what| ServerError::Config { what })?;
+            let me = c.myself();
+            log_line!(
+                "hotstore: cluster node {} at {}, {} slots of {} nodes, map epoch {}",
+                me.id,
+                me.addr(),
+                me.slot_count(),
+                c.map.nodes.len(),
+                c.map.epoch
+            );
+            Some(c)
+        }
+        None => None,
+    };
     let metrics = Metrics::new(commands::COMMANDS.iter().map(|c| c.name));
     let sync = GroupSync::start(store.clone(), metrics.group_commit())
         .map_err(io_err("cannot start the sync thread".into()))?;
@@ -377,6 +396,7 @@ pub(crate) fn shared_state(
         buffer_freed: Default::default(),
         tcp_port,
         recorder,
+        cluster,
         config,
     });
     Ok(shared)

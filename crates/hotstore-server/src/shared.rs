@@ -50,6 +50,8 @@ pub struct Shared {
     pub tcp_port: u16,
     /// The recorder `RECORD.*` commands reach, if the server runs one.
     pub recorder: Option<Arc<dyn crate::record::RecordControl>>,
+    /// This node's place in the cluster, in cluster mode.
+    pub cluster: Option<crate::cluster::Cluster>,
 }
 
 impl Shared {

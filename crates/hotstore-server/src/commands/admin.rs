@@ -218,6 +218,7 @@ pub fn subcommands(command: &str) -> &'static [&'static str] {
         "client" => &["setname", "getname", "id", "info", "list", "setinfo"],
         "config" => &["get", "set", "resetstat", "rewrite"],
         "command" => &["count", "docs", "info", "list"],
+        "cluster" => super::cluster::SUBCOMMANDS,
         _ => &[],
     }
 }
@@ -379,6 +380,7 @@ pub fn info(ctx: &mut Ctx, args: &Args) -> CmdResult {
         "replication",
         "cpu",
         "keyspace",
+        "cluster",
         "hotstore",
     ];
     let wanted: Vec<String> = args
@@ -410,7 +412,12 @@ fn info_section(ctx: &Ctx, section: &str, t: &mut String) {
         "server" => {
             kv("redis_version", REDIS_COMPAT_VERSION.into());
             kv("hotstore_version", env!("CARGO_PKG_VERSION").into());
-            kv("redis_mode", "standalone".into());
+            let mode = if sh.cluster.is_some() {
+                "cluster"
+            } else {
+                "standalone"
+            };
+            kv("redis_mode", mode.into());
             kv("os", std::env::consts::OS.into());
             kv("arch_bits", (usize::BITS).to_string());
             kv("process_id", std::process::id().to_string());
@@ -421,6 +428,10 @@ fn info_section(ctx: &Ctx, section: &str, t: &mut String) {
             );
             kv("io_threads_active", sh.config.worker_threads().to_string());
         }
+        "cluster" => kv(
+            "cluster_enabled",
+            u8::from(sh.cluster.is_some()).to_string(),
+        ),
         "clients" => {
             kv(
                 "connected_clients",

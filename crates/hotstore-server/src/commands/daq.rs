@@ -81,7 +81,7 @@ fn write_fragment(out: &mut Reply, layout: &KeyLayout, key: &[u8], value: &[u8])
 }
 
 /// The event fields of an id, as integers.
-fn id_fields(layout: &KeyLayout, id: &EventId) -> Vec<u64> {
+pub(super) fn id_fields(layout: &KeyLayout, id: &EventId) -> Vec<u64> {
     let mut key = id.as_bytes().to_vec();
     key.resize(layout.key_len(), 0);
     let mut f = layout.decode(&key).unwrap_or_default();
@@ -293,7 +293,7 @@ pub fn write_claim(shared: &Shared, conn: &mut ConnState, out: &mut Reply, claim
         out.error(&reply_error(&e));
         return; // dropping the claim releases it
     }
-    let token = claim.token().to_string();
+    let token = super::token_text(shared.cluster.as_ref(), layout, claim.token());
     out.array(4);
     out.bulk(token.as_bytes());
     let fields = id_fields(layout, claim.event());
@@ -318,7 +318,7 @@ fn token_arg(args: &Args) -> Result<(String, ClaimToken), String> {
 
 fn token_at(args: &Args, i: usize) -> Result<(String, ClaimToken), String> {
     let text = args.str(i)?;
-    let token = text
+    let token = super::strip_tag(text)
         .parse::<ClaimToken>()
         .map_err(|_| format!("ERR invalid claim token '{text}'"))?;
     Ok((text.to_string(), token))
@@ -488,11 +488,12 @@ pub fn event_pending(ctx: &mut Ctx, args: &Args) -> CmdResult {
             .map_err(|e| reply_error(&e))?,
         None => ctx.shared.store.pending(limit),
     };
+    let (cluster, layout) = (ctx.shared.cluster.as_ref(), ctx.shared.store.layout());
     let out = &mut *ctx.out;
     out.array(pending.len());
     for p in pending {
         out.array(5);
-        out.bulk(p.token.to_string().as_bytes());
+        out.bulk(super::token_text(cluster, layout, &p.token).as_bytes());
         out.bulk(p.consumer.as_bytes());
         out.int(p.held.as_millis() as i64);
         out.int(p.lease_left.as_millis() as i64);

@@ -4,11 +4,13 @@
 //! (`text` starts with its code: `ERR ...`, `FULL ...`).
 
 mod admin;
+mod cluster;
 mod daq;
 mod docs;
 mod record;
 mod standard;
 
+pub use cluster::{strip_tag, token_text};
 pub use daq::{write_claims, Batch};
 
 use crate::resp::Reply;
@@ -79,6 +81,47 @@ impl<'a> Args<'a> {
     pub fn u64(&self, i: usize) -> Result<u64, String> {
         parse_u64(self.get(i)).ok_or_else(|| "ERR value is not an integer or out of range".into())
     }
+    /// The argument ranges with argument `at`, if it is an event tag `f1:f2:...` of `fields`
+    /// canonical decimal numbers, split into one argument per field (None if it holds no
+    /// `:`). A tag in another spelling (`007:42`) is refused: clients hash the tag as
+    /// written, so two spellings of one event could reach two nodes.
+    pub fn split_event_tag(
+        &self,
+        at: usize,
+        fields: usize,
+    ) -> Option<Result<Vec<Range<usize>>, String>> {
+        let tag = self.ranges.get(at)?;
+        let text = &self.buf[tag.clone()];
+        if !text.contains(&b':') {
+            return None;
+        }
+        let mut parts = Vec::with_capacity(fields);
+        let mut start = tag.start;
+        for piece in text.split(|&b| b == b':') {
+            let canonical = parse_u64(piece).is_some() && (piece.len() == 1 || piece[0] != b'0');
+            if !canonical {
+                return Some(Err(format!(
+                    "ERR event '{}' is not {fields} unsigned integers joined by ':' in plain \
+                     decimal (like 7:42)",
+                    String::from_utf8_lossy(text)
+                )));
+            }
+            parts.push(start..start + piece.len());
+            start += piece.len() + 1;
+        }
+        if parts.len() != fields {
+            return Some(Err(format!(
+                "ERR event '{}' has {} fields; events of this store's key layout have {fields}",
+                String::from_utf8_lossy(text),
+                parts.len()
+            )));
+        }
+        let mut ranges = Vec::with_capacity(self.ranges.len() + fields);
+        ranges.extend_from_slice(&self.ranges[..at]);
+        ranges.extend(parts);
+        ranges.extend_from_slice(&self.ranges[at + 1..]);
+        Some(Ok(ranges))
+    }
     /// True if argument `i` equals `word`, ignoring case.
     pub fn is(&self, i: usize, word: &str) -> bool {
         self.get(i).eq_ignore_ascii_case(word.as_bytes())
@@ -105,6 +148,19 @@ pub struct Ctx<'a, 'o> {
 
 type Handler = fn(&mut Ctx, &Args) -> CmdResult;
 
+/// How cluster mode finds the node of a request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Any node serves it (node-local: EVENT.NEXT, SCAN, INFO...).
+    None,
+    /// By its keys (`first_key`, `last_key`, `step`), which must share a slot.
+    Keys,
+    /// By the event its first arguments name (`7 42` or the tag `7:42`).
+    Event,
+    /// By the events its claim tokens name (the node that issued them).
+    Tokens,
+}
+
 /// One command: name, arity as Redis states it (negative: at least), whether it writes, and
 /// what `COMMAND` reports.
 pub struct Spec {
@@ -120,6 +176,8 @@ pub struct Spec {
     pub last_key: i64,
     /// Step between keys.
     pub step: i64,
+    /// How cluster mode routes it.
+    pub route: Route,
     handler: Handler,
 }
 
@@ -151,6 +209,18 @@ const SHUT: &[&str] = &[
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $fk:expr, $lk:expr, $st:expr, $h:path) => {
+        spec!(
+            $name,
+            $arity,
+            $flags,
+            $fk,
+            $lk,
+            $st,
+            $h,
+            if $fk > 0 { Route::Keys } else { Route::None }
+        )
+    };
+    ($name:literal, $arity:expr, $flags:expr, $fk:expr, $lk:expr, $st:expr, $h:path, $route:expr) => {
         Spec {
             name: $name,
             arity: $arity,
@@ -158,6 +228,7 @@ macro_rules! spec {
             first_key: $fk,
             last_key: $lk,
             step: $st,
+            route: $route,
             handler: $h,
         }
     };
@@ -167,15 +238,33 @@ macro_rules! spec {
 pub static COMMANDS: &[Spec] = &[
     spec!("get", 2, R, 1, 1, 1, standard::get),
     spec!("set", -3, WD, 1, 1, 1, standard::set),
-    spec!("frag.put", -3, W, 0, 0, 0, daq::frag_put),
+    spec!("frag.put", -3, W, 1, 1, 1, daq::frag_put, Route::Event),
     spec!("event.next", -1, W, 0, 0, 0, daq::event_next),
-    spec!("event.ack", -3, W, 0, 0, 0, daq::event_ack),
-    spec!("frag.get", -2, R, 0, 0, 0, daq::frag_get),
-    spec!("event.get", -2, R, 0, 0, 0, daq::event_get),
-    spec!("event.seal", -2, W, 0, 0, 0, daq::event_seal),
-    spec!("event.release", 2, W, 0, 0, 0, daq::event_release),
+    spec!("event.ack", -3, W, 1, 1, 1, daq::event_ack, Route::Tokens),
+    spec!("frag.get", -2, R, 1, 1, 1, daq::frag_get, Route::Event),
+    spec!("event.get", -2, R, 1, 1, 1, daq::event_get, Route::Event),
+    spec!("event.seal", -2, W, 1, 1, 1, daq::event_seal, Route::Event),
+    spec!(
+        "event.release",
+        2,
+        W,
+        1,
+        1,
+        1,
+        daq::event_release,
+        Route::Tokens
+    ),
     spec!("event.pending", -1, R, 0, 0, 0, daq::event_pending),
-    spec!("event.claim", -3, W, 0, 0, 0, daq::event_claim),
+    spec!(
+        "event.claim",
+        -2,
+        W,
+        1,
+        1,
+        1,
+        daq::event_claim,
+        Route::Event
+    ),
     spec!("event.group", -3, W, 0, 0, 0, daq::event_group),
     spec!("event.groups", 1, R, 0, 0, 0, daq::event_groups),
     spec!("event.consumers", 2, R, 0, 0, 0, daq::event_consumers),
@@ -204,6 +293,10 @@ pub static COMMANDS: &[Spec] = &[
     spec!("shutdown", -1, SHUT, 0, 0, 0, admin::shutdown),
     spec!("flushall", -1, W, 0, 0, 0, standard::flushall),
     spec!("flushdb", -1, W, 0, 0, 0, standard::flushall),
+    spec!("cluster", -2, NONE, 0, 0, 0, cluster::cluster),
+    spec!("readonly", 1, LSF, 0, 0, 0, cluster::readonly),
+    spec!("readwrite", 1, LSF, 0, 0, 0, cluster::readonly),
+    spec!("asking", 1, F, 0, 0, 0, cluster::asking),
 ];
 
 /// Index of the command named `name` (any case).
@@ -260,6 +353,32 @@ pub fn dispatch(ctx: &mut Ctx, args: &Args, idx: Option<usize>) -> Flow {
     if !ctx.conn.authenticated && !spec.flags.contains(&"no_auth") {
         ctx.out.error("NOAUTH Authentication required.");
         return Flow::Continue;
+    }
+    // An event named by its tag (`7:42`, the cluster form) is split into its fields, so
+    // handlers see one form.
+    let split;
+    let args = match spec.route {
+        Route::Event => {
+            let fields = ctx.shared.store.layout().event_fields();
+            match args.split_event_tag(1, fields) {
+                None => args,
+                Some(Ok(ranges)) => {
+                    split = ranges;
+                    &Args::new(args.buf, &split)
+                }
+                Some(Err(e)) => {
+                    ctx.out.error(&e);
+                    return Flow::Continue;
+                }
+            }
+        }
+        _ => args,
+    };
+    if let Some(c) = &ctx.shared.cluster {
+        if let Err(e) = cluster::route(c, ctx.shared.store.layout(), spec, args) {
+            ctx.out.error(&e);
+            return Flow::Continue;
+        }
     }
     match (spec.handler)(ctx, args) {
         Ok(flow) => flow,
