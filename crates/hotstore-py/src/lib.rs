@@ -512,28 +512,7 @@ impl Store {
         let start = start.map(key_bytes).transpose()?.unwrap_or_default();
         let end = end.map(key_bytes).transpose()?;
         let engine = self.shared.engine()?;
-        let got = py.detach(|| -> hotstore::Result<Vec<(Vec<u8>, ValueRef)>> {
-            let mut out = Vec::new();
-            for (k, _) in engine.range_keys(&start, end.as_deref(), limit) {
-                if let Some(r) = engine.get_ref(&k)? {
-                    out.push((k, r));
-                }
-            }
-            Ok(out)
-        });
-        Ok(got
-            .py()?
-            .into_iter()
-            .map(|(k, r)| {
-                (
-                    PyBytes::new(py, &k).unbind(),
-                    Value {
-                        r,
-                        exports: AtomicUsize::new(0),
-                    },
-                )
-            })
-            .collect())
+        values_in_range(py, &engine, &start, end.as_deref(), limit, None)
     }
 
     /// Up to `limit` (key, value length) pairs with start <= key < end, in key order.
@@ -864,12 +843,25 @@ fn fragments_of(
     id: &EventId,
 ) -> PyResult<Vec<(Py<PyBytes>, Value)>> {
     let prefix = id.as_bytes();
-    let flen = engine.layout().key_len();
+    let end = successor(prefix);
+    let key_len = engine.layout().key_len();
+    values_in_range(py, engine, prefix, end.as_deref(), usize::MAX, Some(key_len))
+}
+
+/// Up to `limit` (key, value in place) pairs with start <= key < end (only keys of
+/// `key_len` bytes if given: an event's fragments), read without the GIL.
+fn values_in_range(
+    py: Python<'_>,
+    engine: &Engine,
+    start: &[u8],
+    end: Option<&[u8]>,
+    limit: usize,
+    key_len: Option<usize>,
+) -> PyResult<Vec<(Py<PyBytes>, Value)>> {
     let got = py.detach(|| -> hotstore::Result<Vec<(Vec<u8>, ValueRef)>> {
-        let end = successor(prefix);
         let mut out = Vec::new();
-        for (k, _) in engine.range_keys(prefix, end.as_deref(), usize::MAX) {
-            if k.len() != flen {
+        for (k, _) in engine.range_keys(start, end, limit) {
+            if key_len.is_some_and(|n| k.len() != n) {
                 continue;
             }
             if let Some(r) = engine.get_ref(&k)? {

@@ -348,10 +348,6 @@ impl Backend {
             left = now;
         }
         let st = reopened.stats();
-        if std::env::var_os("HOTSTORE_PIPELINE_DEBUG").is_some() {
-            eprintln!("drain: {:#?}", st.tiers);
-            eprintln!("drain: {:#?}", st.relocation);
-        }
         let why = (left > 0)
             .then(|| st.relocation.last_error.clone())
             .flatten();
