@@ -845,7 +845,14 @@ fn fragments_of(
     let prefix = id.as_bytes();
     let end = successor(prefix);
     let key_len = engine.layout().key_len();
-    values_in_range(py, engine, prefix, end.as_deref(), usize::MAX, Some(key_len))
+    values_in_range(
+        py,
+        engine,
+        prefix,
+        end.as_deref(),
+        usize::MAX,
+        Some(key_len),
+    )
 }
 
 /// Up to `limit` (key, value in place) pairs with start <= key < end (only keys of

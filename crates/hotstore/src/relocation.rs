@@ -75,6 +75,11 @@ pub struct Rule {
     /// Room relocation can write to now: the group's live bytes, plus what packing them into
     /// files may leave unused (see [`room_to_move`]), must fit.
     pub budget_bytes: u64,
+    /// Most live bytes the group may copy: the background sweep's pace (u64::MAX: none).
+    /// Kept apart from `budget_bytes` because `room_to_move` adds packing slack that is room,
+    /// not copying: compared with one 64 MiB pace, it kept a full 64 MiB segment of large
+    /// records from ever offloading.
+    pub pace_bytes: u64,
     /// Record bytes one file holds (a segment less its header page).
     pub file_record_bytes: u64,
     /// Only groups with at most this live fraction (background cleaning leaves mostly-live
@@ -140,6 +145,7 @@ pub fn choose(cands: &[Candidate], rule: &Rule) -> Option<Choice> {
             .unwrap_or(0);
         if file == 0
             || room_to_move(live, max_record, rule.file_record_bytes) > rule.budget_bytes
+            || live > rule.pace_bytes
             || (!rule.oldest_first && file.saturating_sub(live) < rule.min_gain_bytes.max(1))
         {
             continue;
@@ -217,6 +223,7 @@ mod tests {
     fn rule() -> Rule {
         Rule {
             budget_bytes: 1000,
+            pace_bytes: u64::MAX,
             file_record_bytes: 100,
             max_live_fraction: 1.0,
             allow_active: false,

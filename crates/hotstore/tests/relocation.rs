@@ -31,10 +31,12 @@ fn a_long_lived_key_does_not_wedge_a_bounded_store() {
         s.put(b"hot", &v, Durability::Memory)
             .unwrap_or_else(|e| panic!("put {n}: {e}"));
     }
+    // Either relocation moved the long-lived record, or the dead segments of overwritten
+    // puts were freed with their pins handed on (which of the two depends on how fast the
+    // puts run against the maintenance thread: asserting on one made this test fail in
+    // debug builds). The promise is the same: no StoreFull and the files within capacity.
     let st = s.stats();
     assert_eq!(st.full_errors, 0);
-    assert!(st.relocation.records > 0, "nothing was relocated: {st:?}");
-    assert!(st.write_amplification() > 1.0);
     assert!(st.file_bytes <= 16 * MIB);
     assert_eq!(s.get(b"long-lived").unwrap().unwrap(), b"kept");
     assert_eq!(s.get(b"hot").unwrap().unwrap(), v);
@@ -454,6 +456,43 @@ fn offload_moves_the_oldest_data_down_and_it_stays_readable_and_claimable() {
     let s = open();
     check(&s);
     assert!(s.stats().tiers[1].live_bytes > 0);
+}
+
+/// Offload of full default-size segments of large records (found by `bench pipeline`): a
+/// 64 MiB segment holding three 16 MiB values needs more room than one sweep's 64 MiB pace
+/// (`room_to_move` adds packing slack), and used never to go down at all.
+#[test]
+fn offload_moves_full_segments_of_large_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::builder(dir.path())
+        .segment_size_bytes(64 * MIB as usize)
+        .lanes(1)
+        .tier(TierSpec::new("fast").capacity_bytes(512 * MIB))
+        .tier(TierSpec::new("slow"))
+        .offload_high_water(Some(0.2))
+        .open()
+        .unwrap();
+    let value = |i: u64| vec![i as u8; 16 * MIB as usize];
+    // 9 values of 16 MiB: three full segments, past the 102 MiB mark.
+    for i in 0..9u64 {
+        s.put(&i.to_be_bytes(), &value(i), Durability::Memory)
+            .unwrap();
+    }
+    // Offload goes on until the fast tier is under its mark: full segments must move.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while s.stats().tiers[0].live_bytes > 512 * MIB / 5 {
+        let st = s.stats();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "full segments were not offloaded: {:?} {:?}",
+            st.tiers,
+            st.relocation
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in 0..9u64 {
+        assert_eq!(s.get(&i.to_be_bytes()).unwrap().unwrap(), value(i), "{i}");
+    }
 }
 
 /// Offload into a lower tier that fills up: the moves that do not fit fail, are counted and

@@ -438,6 +438,7 @@ impl Inner {
     fn cleaning_rule(&self, tier: usize, max_live_fraction: f64, allow_active: bool) -> Rule {
         Rule {
             budget_bytes: self.relocation_budget(tier),
+            pace_bytes: u64::MAX,
             file_record_bytes: self.file_record_bytes(tier),
             max_live_fraction,
             allow_active,
@@ -550,7 +551,10 @@ impl Inner {
                 continue;
             }
             let rule = Rule {
-                budget_bytes: budget.min(lower_room),
+                budget_bytes: lower_room,
+                // At least one full segment per sweep, or a segment filled to the brim would
+                // never go down.
+                pace_bytes: budget.max(self.tiers[t].segment_size as u64),
                 file_record_bytes: self.file_record_bytes(t + 1),
                 max_live_fraction: 1.0,
                 allow_active: false,
