@@ -495,6 +495,61 @@ fn offload_moves_full_segments_of_large_records() {
     }
 }
 
+/// Offload after writes spilled into the tier below: removing a key whose value spilled
+/// writes its tombstone in the fast tier, pinned to the lower tier's segment it shadows.
+/// `bench pipeline` saw offload stop in that state (docs/benchmarks.md); this sequence does
+/// not reproduce that stop (it passes on the code of that day too), but it guards the case.
+#[test]
+fn offload_goes_on_after_writes_spilled_into_the_tier_below() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = |mark: Option<f64>| {
+        Store::builder(dir.path())
+            .segment_size_bytes(MIB as usize)
+            .lanes(1)
+            .tier(TierSpec::new("fast").capacity_bytes(8 * MIB))
+            .tier(TierSpec::new("slow"))
+            .offload_high_water(mark)
+            .open()
+            .unwrap()
+    };
+    let value = |i: u64| vec![i as u8; 64 << 10];
+    let key = |i: u64| i.to_be_bytes();
+    // No offload: 24 MiB of puts fill the 8 MiB fast tier and spill into the slow one.
+    let s = open(None);
+    for i in 0..384u64 {
+        s.put(&key(i), &value(i), Durability::Memory).unwrap();
+    }
+    assert!(s.stats().tiers[1].live_bytes > 0, "nothing spilled");
+    // Remove every other key, spilled ones included (their tombstones land in the fast tier
+    // as it frees up), interleaved with new puts.
+    for i in 0..384u64 {
+        if i % 2 == 1 {
+            s.remove(&key(i), Durability::Memory).unwrap();
+        }
+    }
+    drop(s);
+    let s = open(Some(0.25));
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while s.stats().tiers[0].live_bytes > 2 * MIB {
+        let st = s.stats();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "offload stopped: {:?} {:?}",
+            st.tiers,
+            st.relocation
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in 0..384u64 {
+        let got = s.get(&key(i)).unwrap();
+        if i % 2 == 1 {
+            assert_eq!(got, None, "{i}");
+        } else {
+            assert_eq!(got.unwrap(), value(i), "{i}");
+        }
+    }
+}
+
 /// Offload into a lower tier that fills up: the moves that do not fit fail, are counted and
 /// reported, the records stay where they were, and nothing is lost (also across a reopen).
 #[test]
