@@ -13,6 +13,14 @@ Over the network (``hotstore serve``; needs redis-py)::
 
     hs = hotstore.Client("127.0.0.1", 6380)
 
+A cluster (``hotstore serve --cluster MAP``; routed by redis-py's RedisCluster, claimed from
+every node by a ClusterConsumer)::
+
+    hc = hotstore.ClusterClient("127.0.0.1", 7001)
+    hc.frag_put(7, 42, 0, 0, b"fragment")
+    with hc.consumer() as consumer:
+        claim = consumer.next(timeout=1.0)
+
 See python/README.md for the whole API, and ``hotstore.errors`` for the exceptions.
 """
 
@@ -52,6 +60,9 @@ __all__ = [
     "Reservation",
     "Claim",
     "Client",
+    "ClusterClient",
+    "ClusterConsumer",
+    "ClusterClaim",
     "fragment_key",
     "event_id",
     "parse_fragment_key",
@@ -82,9 +93,17 @@ _CLIENT_NAMES = {
     "client": None,
 }
 
+_CLUSTER_NAMES = {
+    "ClusterClient": "ClusterClient",
+    "ClusterConsumer": "ClusterConsumer",
+    "ClusterClaim": "ClusterClaim",
+    "NodeUnavailableError": "NodeUnavailableError",
+    "cluster": None,
+}
+
 
 def __getattr__(name: str) -> Any:
-    # The network client needs redis-py: imported on first use, so the embedded store does not.
+    # The network clients need redis-py: imported on first use, so the embedded store does not.
     if name in _CLIENT_NAMES:
         import importlib
 
@@ -92,6 +111,13 @@ def __getattr__(name: str) -> Any:
 
         attr = _CLIENT_NAMES[name]
         return client if attr is None else getattr(client, attr)
+    if name in _CLUSTER_NAMES:
+        import importlib
+
+        cluster = importlib.import_module("hotstore.cluster")
+
+        attr = _CLUSTER_NAMES[name]
+        return cluster if attr is None else getattr(cluster, attr)
     if _native_error is not None and name in ("Store", "Value", "Reservation", "Claim"):
         raise ImportError(
             "hotstore.%s needs the native part, which is not built: `pip install ./python` (%s)"
