@@ -199,7 +199,9 @@ impl ClusterClient {
     fn refresh_from(&mut self, first: Option<&str>) -> Result<()> {
         let mut candidates = Vec::new();
         if let Some(a) = first {
-            candidates.push(seed_options(a)?);
+            let mut o = self.template.clone();
+            o.address = seed_options(a)?.address;
+            candidates.push(o);
         }
         for n in &self.map.nodes {
             let mut o = self.template.clone();
@@ -213,10 +215,6 @@ impl ClusterClient {
             let mut o = self.template.clone();
             o.address = s.address.clone();
             candidates.push(o);
-        }
-        for c in &mut candidates {
-            c.username.clone_from(&self.template.username);
-            c.password.clone_from(&self.template.password);
         }
         let (map, conn) = read_map(&candidates)?;
         self.map = map;
