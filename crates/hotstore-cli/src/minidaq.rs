@@ -108,8 +108,19 @@ pub struct MinidaqArgs {
     /// samples, report and plot as a local run. The server must complete events at
     /// --detectors fragments (`serve --expected-fragments N`), or at EVENT.SEAL only (0: then
     /// readout seals each event). --capacity bounds a fill-drain's fill here too.
-    #[arg(long, value_name = "HOST:PORT", conflicts_with = "store")]
+    ///
+    /// Several addresses separated by commas (or --cluster) load a cluster (`serve
+    /// --cluster MAP`) seeded by them: readout sends each event to the node of its slot,
+    /// collectors claim from every node, and the report adds each node's share.
+    #[arg(
+        long,
+        value_name = "HOST:PORT[,HOST:PORT...]",
+        conflicts_with = "store"
+    )]
     remote: Option<String>,
+    /// With --remote: the server is a node of a cluster (implied by several addresses).
+    #[arg(long, requires = "remote")]
+    cluster: bool,
     /// With --remote: requests in flight per connection (puts per pipeline, events claimed per
     /// round trip).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096),
@@ -158,6 +169,7 @@ pub fn run(a: MinidaqArgs) -> CliResult<ExitCode> {
         ack_log: a.ack_log,
         measure_limit: !a.no_limit,
         remote: a.remote,
+        cluster: a.cluster,
         window: a.window as usize,
         progress: !a.json,
     };

@@ -169,10 +169,15 @@ struct Server {
 
 impl Server {
     fn start(expected_fragments: &str) -> Server {
+        Self::start_with(expected_fragments, &["--port", "0"])
+    }
+
+    fn start_with(expected_fragments: &str, args: &[&str]) -> Server {
         use std::io::BufRead;
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_hotstore"))
-            .args(["serve", "--port", "0", "--durability", "memory"])
+            .args(["serve", "--durability", "memory"])
+            .args(args)
             .args(["--expected-fragments", expected_fragments])
             .arg("--dir")
             .arg(dir.path().join("store"))
@@ -263,4 +268,88 @@ fn remote_run_loads_a_server_with_the_same_report() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--expected-fragments 4"), "{err}");
+}
+
+/// `minidaq --remote A,B` loads a cluster: readout routes each event to its node, collectors
+/// claim from every node; every event is collected once, and the report says each node's share.
+#[test]
+fn remote_cluster_run_spreads_events_over_the_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports: Vec<u16> = {
+        let held: Vec<std::net::TcpListener> = (0..2)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        held.iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect()
+    };
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let map = dir.path().join("map.toml");
+    let made = Command::new(env!("CARGO_BIN_EXE_hotstore"))
+        .args([
+            "cluster", "create", "--addr", &addrs[0], "--addr", &addrs[1], "-o",
+        ])
+        .arg(&map)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let map = map.to_str().unwrap();
+    let nodes: Vec<Server> = ports
+        .iter()
+        .map(|p| Server::start_with("3", &["--cluster", map, "--port", &p.to_string()]))
+        .collect();
+    let seeds = addrs.join(",");
+    let out = minidaq(&[
+        "--remote",
+        &seeds,
+        "--events",
+        "400",
+        "--detectors",
+        "3",
+        "--fragment-size",
+        "1KiB",
+        "--durability",
+        "memory",
+        "--no-limit",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["events_written"], 400, "{j}");
+    assert_eq!(j["events_collected"], 400, "{j}");
+    assert_eq!(j["integrity_errors"], 0, "{j}");
+    assert!(
+        j["store"]
+            .as_str()
+            .unwrap()
+            .contains("cluster of 2 node(s)"),
+        "{j}"
+    );
+    let per_node: Vec<u64> = j["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["events_collected"].as_u64().unwrap())
+        .collect();
+    assert_eq!(per_node.len(), 2, "{j}");
+    assert!(per_node.iter().all(|&n| n > 0), "{j}");
+    assert_eq!(per_node.iter().sum::<u64>(), 400, "{j}");
+    // One seed is enough with --cluster.
+    let out = minidaq(&[
+        "--remote",
+        &addrs[1],
+        "--cluster",
+        "--events",
+        "50",
+        "--detectors",
+        "3",
+        "--durability",
+        "memory",
+        "--no-limit",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["events_collected"], 50, "{j}");
+    drop(nodes);
 }

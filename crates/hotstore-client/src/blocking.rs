@@ -64,7 +64,7 @@ impl Client {
     }
 
     /// Sends one command and returns its reply, error replies included as values.
-    fn request(&mut self, cmd: &Cmd) -> Result<Value> {
+    pub(crate) fn request(&mut self, cmd: &Cmd) -> Result<Value> {
         Ok(self.con.req_command(cmd)?)
     }
 
@@ -181,22 +181,39 @@ impl Client {
     }
 
     fn next_with(&mut self, cmd: &Cmd, block: Option<Duration>) -> Result<Option<ClaimedEvent>> {
-        let widen = match (self.response_timeout, block) {
-            (Some(t), Some(b)) => Some(if b == Duration::MAX {
-                None
-            } else {
-                Some(t.saturating_add(b))
-            }),
-            _ => None,
-        };
-        if let Some(t) = widen {
-            self.con.set_read_timeout(t)?;
-        }
+        let widened = self.widen_read_timeout(block)?;
         let reply = self.request(cmd);
-        if widen.is_some() {
-            self.con.set_read_timeout(self.response_timeout)?;
+        if widened {
+            self.restore_read_timeout()?;
         }
         proto::claimed_event(reply?)
+    }
+
+    /// Makes the response timeout wait `block` longer (for a blocking `EVENT.NEXT`): true if
+    /// it changed, so [`Client::restore_read_timeout`] must follow the reply.
+    pub(crate) fn widen_read_timeout(&mut self, block: Option<Duration>) -> Result<bool> {
+        let widen = match (self.response_timeout, block) {
+            (Some(t), Some(b)) => {
+                if b == Duration::MAX {
+                    None
+                } else {
+                    Some(t.saturating_add(b))
+                }
+            }
+            _ => return Ok(false),
+        };
+        self.con.set_read_timeout(widen)?;
+        Ok(true)
+    }
+
+    /// Puts the response timeout back after [`Client::widen_read_timeout`].
+    pub(crate) fn restore_read_timeout(&mut self) -> Result<()> {
+        Ok(self.con.set_read_timeout(self.response_timeout)?)
+    }
+
+    /// Writes already encoded commands (their replies are read with [`Client::recv`]).
+    pub(crate) fn send_packed(&mut self, bytes: &[u8]) -> Result<()> {
+        Ok(self.con.send_packed_command(bytes)?)
     }
 
     /// Claims up to `max` READY events in one round trip (`max` pipelined `EVENT.NEXT LEASE
@@ -290,7 +307,7 @@ impl Client {
     }
 
     /// The next reply (skipping RESP3 pushes).
-    fn recv(&mut self) -> Result<Value> {
+    pub(crate) fn recv(&mut self) -> Result<Value> {
         loop {
             match self.con.recv_response()? {
                 Value::Push { .. } => continue,

@@ -60,6 +60,50 @@ pub enum Error {
     /// A bad argument caught before sending (e.g. a malformed URL).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// `-MOVED slot host:port`: a cluster node that does not serve the slot of the request
+    /// names the one that does. [`crate::ClusterClient`] follows it; a plain [`crate::Client`]
+    /// connected to one node reports it.
+    #[error("slot {slot} is served by {addr} (MOVED)")]
+    Moved {
+        /// The request's hash slot.
+        slot: u16,
+        /// `host:port` of the node serving it.
+        addr: String,
+    },
+    /// A cluster node could not be reached or its connection failed: the requests for its
+    /// slots fail until it is back (the other nodes keep working).
+    #[error("cluster node {node} (slots {slots}) is unreachable: {reason}")]
+    NodeDown {
+        /// `host:port` of the node.
+        node: String,
+        /// The slot ranges it serves, e.g. `0-5460`.
+        slots: String,
+        /// Why: the connection error.
+        reason: String,
+    },
+    /// A seed address of a cluster client is not a node of a cluster (`CLUSTER SLOTS` was
+    /// refused or unreadable), or no seed answered.
+    #[error("{node} is not a usable cluster node: {message}")]
+    NotCluster {
+        /// `host:port` of the seed.
+        node: String,
+        /// What it answered.
+        message: String,
+    },
+    /// A request was redirected (`MOVED`) again after refreshing the map, more times than
+    /// allowed: the nodes' maps disagree (started with different map files?).
+    #[error(
+        "slot {slot}: still redirected after {tries} tries (last: MOVED to {last}); the nodes \
+         disagree about the cluster map: start them all with the same map file"
+    )]
+    Redirects {
+        /// The request's hash slot.
+        slot: u16,
+        /// Requests sent.
+        tries: usize,
+        /// The last node it was sent to.
+        last: String,
+    },
 }
 
 impl Error {
@@ -77,6 +121,13 @@ impl Error {
             "WRONGPASS" => Error::WrongPass(m),
             "IOERR" => Error::StoreIo(m),
             "ERR" => Error::Request(m),
+            "MOVED" => match parse_moved(message) {
+                Some((slot, addr)) => Error::Moved { slot, addr },
+                None => Error::Server {
+                    code: code.to_string(),
+                    message: m,
+                },
+            },
             _ => Error::Server {
                 code: code.to_string(),
                 message: m,
@@ -98,7 +149,13 @@ impl Error {
             Error::StoreIo(_) => "IOERR",
             Error::Request(_) => "ERR",
             Error::Server { code, .. } => code,
-            Error::Connection(_) | Error::Protocol(_) | Error::InvalidArgument(_) => return None,
+            Error::Moved { .. } => "MOVED",
+            Error::Connection(_)
+            | Error::Protocol(_)
+            | Error::InvalidArgument(_)
+            | Error::NodeDown { .. }
+            | Error::NotCluster { .. }
+            | Error::Redirects { .. } => return None,
         })
     }
 
@@ -108,9 +165,22 @@ impl Error {
         matches!(self, Error::Connection(_))
     }
 
+    /// True if a cluster node could not be reached ([`Error::NodeDown`]).
+    pub fn is_node_down(&self) -> bool {
+        matches!(self, Error::NodeDown { .. })
+    }
+
     pub(crate) fn protocol(what: impl Into<String>) -> Error {
         Error::Protocol(what.into())
     }
+}
+
+/// `slot host:port` of a MOVED reply.
+fn parse_moved(message: &str) -> Option<(u16, String)> {
+    let mut words = message.split_ascii_whitespace();
+    let slot = words.next()?.parse().ok()?;
+    let addr = words.next()?.to_string();
+    Some((slot, addr))
 }
 
 impl From<RedisError> for Error {

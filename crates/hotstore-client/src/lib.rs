@@ -5,6 +5,10 @@
 //! trip or with a window of requests in flight. Error replies map to [`Error`] variants by
 //! their code (`-LATE` is [`Error::Late`], `-CLAIMLOST` [`Error::ClaimLost`], ...).
 //!
+//! A cluster of servers (`hotstore serve --cluster MAP`) is used through [`ClusterClient`],
+//! which sends each fragment to the node of its event's slot ([`event_slot`]), and
+//! [`ClusterConsumer`], which claims from every node.
+//!
 //! Fragments are named by the default key layout, `run:u32,event:u64|detector:u16,component:u16`.
 //!
 //! Throughput comes from pipelining: [`Client::frag_put_many`] sends many fragments in one
@@ -49,18 +53,25 @@
 #![deny(missing_docs)]
 
 mod blocking;
+mod cluster;
 mod error;
 mod nonblocking;
 mod options;
 mod pipeline;
 mod proto;
+mod slot;
 mod types;
 
 pub use blocking::Client;
+pub use cluster::{
+    ClusterClaim, ClusterClient, ClusterConsumer, ClusterPipeline, ConsumerOptions, NodeHealth,
+    NodeInfo, DEFAULT_MAX_REDIRECTS,
+};
 pub use error::{Error, Result};
 pub use nonblocking::AsyncClient;
 pub use options::{Address, ConnectOptions};
 pub use pipeline::Pipeline;
+pub use slot::{event_slot, event_tag, key_slot, SLOTS};
 pub use types::{Ack, ClaimedEvent, Durability, EventState, EventSummary, Fragment, StatValue};
 
 /// The redis-rs crate this client is built on, for direct use of its connections.

@@ -115,15 +115,60 @@ impl Pipeline {
         value: &[u8],
         durability: Option<Durability>,
     ) -> &mut Self {
+        self.put(false, run, event, detector, component, value, durability)
+    }
+
+    /// Queues `FRAG.PUT run:event detector component value [DURABILITY d]`: the event named
+    /// by its cluster tag (one argument, hashed by cluster clients).
+    pub(crate) fn frag_put_tagged(
+        &mut self,
+        run: u32,
+        event: u64,
+        detector: u16,
+        component: u16,
+        value: &[u8],
+        durability: Option<Durability>,
+    ) -> &mut Self {
+        self.put(true, run, event, detector, component, value, durability)
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "the fields of a fragment key")]
+    fn put(
+        &mut self,
+        tagged: bool,
+        run: u32,
+        event: u64,
+        detector: u16,
+        component: u16,
+        value: &[u8],
+        durability: Option<Durability>,
+    ) -> &mut Self {
         self.buf.reserve(value.len() + 96);
-        self.command(6, durability)
+        self.command(if tagged { 5 } else { 6 }, durability)
             .arg(b"FRAG.PUT")
-            .num(u64::from(run))
-            .num(event)
+            .event_id(tagged, run, event)
             .num(u64::from(detector))
             .num(u64::from(component))
             .arg(value)
             .finish(durability)
+    }
+
+    /// The event's fields: `run event`, or `run:event` (`tagged`).
+    fn event_id(&mut self, tagged: bool, run: u32, event: u64) -> &mut Self {
+        if tagged {
+            let mut r = [0u8; 20];
+            let mut e = [0u8; 20];
+            let r = digits(u64::from(run), &mut r);
+            let e = digits(event, &mut e);
+            self.header(b'$', (r.len() + 1 + e.len()) as u64);
+            self.buf.extend_from_slice(r);
+            self.buf.push(b':');
+            self.buf.extend_from_slice(e);
+            self.buf.extend_from_slice(b"\r\n");
+            self
+        } else {
+            self.num(u64::from(run)).num(event)
+        }
     }
 
     /// Queues `FRAG.PUT` of `fragment`.
@@ -145,10 +190,29 @@ impl Pipeline {
         event: u64,
         durability: Option<Durability>,
     ) -> &mut Self {
-        self.command(3, durability)
+        self.seal(false, run, event, durability)
+    }
+
+    /// Queues `EVENT.SEAL run:event [DURABILITY d]` (the cluster tag form).
+    pub(crate) fn event_seal_tagged(
+        &mut self,
+        run: u32,
+        event: u64,
+        durability: Option<Durability>,
+    ) -> &mut Self {
+        self.seal(true, run, event, durability)
+    }
+
+    fn seal(
+        &mut self,
+        tagged: bool,
+        run: u32,
+        event: u64,
+        durability: Option<Durability>,
+    ) -> &mut Self {
+        self.command(if tagged { 2 } else { 3 }, durability)
             .arg(b"EVENT.SEAL")
-            .num(u64::from(run))
-            .num(event)
+            .event_id(tagged, run, event)
             .finish(durability)
     }
 
@@ -296,6 +360,17 @@ mod tests {
         }
         assert_eq!(p.packed(0, p.len()), &all[..]);
         assert!(p.packed(2, 2).is_empty());
+        let mut t = Pipeline::new();
+        t.frag_put_tagged(7, 42, 3, 1, b"v", None);
+        t.event_seal_tagged(u32::MAX, u64::MAX, Some(Durability::Memory));
+        let mut put = redis::cmd("FRAG.PUT");
+        put.arg("7:42").arg(3).arg(1).arg(b"v");
+        let mut seal = redis::cmd("EVENT.SEAL");
+        seal.arg(format!("{}:{}", u32::MAX, u64::MAX))
+            .arg("DURABILITY")
+            .arg("memory");
+        assert_eq!(t.packed(0, 1), &put.get_packed_command()[..]);
+        assert_eq!(t.packed(1, 2), &seal.get_packed_command()[..]);
         p.clear();
         assert!(p.is_empty());
     }

@@ -49,6 +49,22 @@ pub(crate) fn event_get(run: u32, event: u64) -> Cmd {
     c
 }
 
+/// `FRAG.GET run:event detector component` (the cluster tag form).
+pub(crate) fn frag_get_tagged(run: u32, event: u64, detector: u16, component: u16) -> Cmd {
+    let mut c = redis::cmd("FRAG.GET");
+    c.arg(crate::slot::event_tag(run, event))
+        .arg(detector)
+        .arg(component);
+    c
+}
+
+/// `EVENT.GET run:event` (the cluster tag form).
+pub(crate) fn event_get_tagged(run: u32, event: u64) -> Cmd {
+    let mut c = redis::cmd("EVENT.GET");
+    c.arg(crate::slot::event_tag(run, event));
+    c
+}
+
 pub(crate) fn event_seal(run: u32, event: u64, durability: Option<Durability>) -> Cmd {
     let mut c = redis::cmd("EVENT.SEAL");
     c.arg(run).arg(event);
@@ -69,6 +85,40 @@ pub(crate) fn event_next(lease: Duration, block: Option<Duration>) -> Cmd {
 pub(crate) fn event_next_in(group: &str, lease: Duration, block: Option<Duration>) -> Cmd {
     let mut c = event_next(lease, block);
     c.arg("GROUP").arg(group);
+    c
+}
+
+/// `EVENT.NEXT LEASE lease [BLOCK block] COUNT count [CONSUMER name] [GROUP group]`.
+pub(crate) fn event_next_count(
+    lease: Duration,
+    block: Option<Duration>,
+    count: usize,
+    consumer: Option<&str>,
+    group: Option<&str>,
+) -> Cmd {
+    let mut c = event_next(lease, block);
+    c.arg("COUNT").arg(count);
+    if let Some(name) = consumer {
+        c.arg("CONSUMER").arg(name);
+    }
+    if let Some(g) = group {
+        c.arg("GROUP").arg(g);
+    }
+    c
+}
+
+/// `EVENT.ACK token [token ...] REMOVE|KEEP [DURABILITY d]`.
+pub(crate) fn event_ack_many<'a>(
+    tokens: impl IntoIterator<Item = &'a str>,
+    ack: Ack,
+    durability: Option<Durability>,
+) -> Cmd {
+    let mut c = redis::cmd("EVENT.ACK");
+    for t in tokens {
+        c.arg(t);
+    }
+    c.arg(ack.as_str());
+    with_durability(&mut c, durability);
     c
 }
 
@@ -264,6 +314,72 @@ pub(crate) fn claimed_events(replies: Vec<Value>) -> Result<Vec<ClaimedEvent>> {
         Some(e) => Err(e),
         None => Ok(out),
     }
+}
+
+/// `EVENT.NEXT ... COUNT n`: nil, or an array of claims.
+pub(crate) fn claimed_batch(v: Value) -> Result<Vec<ClaimedEvent>> {
+    match check(v)? {
+        Value::Nil => Ok(Vec::new()),
+        v => array(v)?
+            .into_iter()
+            .map(|c| claimed_event(c)?.ok_or_else(|| Error::protocol("a nil claim in a batch")))
+            .collect(),
+    }
+}
+
+/// `EVENT.ACK` of `n` tokens: `+OK` or an error for one, an array of those for several.
+pub(crate) fn ack_results(v: Value, n: usize) -> Result<Vec<Result<()>>> {
+    if n == 1 {
+        return Ok(vec![ok(v)]);
+    }
+    let replies = array(check(v)?)?;
+    if replies.len() != n {
+        return Err(Error::protocol(format!(
+            "EVENT.ACK of {n} tokens answered {} results",
+            replies.len()
+        )));
+    }
+    Ok(replies.into_iter().map(ok).collect())
+}
+
+/// One range of `CLUSTER SLOTS`: slots `start..=end` served by `host:port` (node `id`).
+pub(crate) struct SlotRange {
+    pub start: u16,
+    pub end: u16,
+    /// Empty: the host asked.
+    pub host: String,
+    pub port: u16,
+    pub id: String,
+}
+
+/// `CLUSTER SLOTS`: `[start, end, [host, port, id, ...], replicas...]` per range.
+pub(crate) fn cluster_slots(v: Value) -> Result<Vec<SlotRange>> {
+    array(check(v)?)?
+        .into_iter()
+        .map(|r| {
+            let mut r = array(r)?.into_iter();
+            let (Some(start), Some(end), Some(master)) = (r.next(), r.next(), r.next()) else {
+                return Err(Error::protocol("CLUSTER SLOTS: a range without its node"));
+            };
+            let mut m = array(master)?.into_iter();
+            let (Some(host), Some(port)) = (m.next(), m.next()) else {
+                return Err(Error::protocol(
+                    "CLUSTER SLOTS: a node without host and port",
+                ));
+            };
+            let id = match m.next() {
+                Some(id) => text(id)?,
+                None => String::new(),
+            };
+            Ok(SlotRange {
+                start: uint(&start, "slot")?,
+                end: uint(&end, "slot")?,
+                host: text(host)?,
+                port: uint(&port, "port")?,
+                id,
+            })
+        })
+        .collect()
 }
 
 /// `EVENT.RANGE`: an array of `[event, state, fragments, bytes, incomplete]`.

@@ -85,8 +85,12 @@ pub struct Config {
     pub ack_log: Option<PathBuf>,
     /// Measure the machine's limit before the run (`--no-limit`: no ratio is reported).
     pub measure_limit: bool,
-    /// `--remote HOST:PORT`: load this server instead of an embedded store.
+    /// `--remote HOST:PORT`: load this server instead of an embedded store; several
+    /// addresses separated by commas: the seeds of a cluster.
     pub remote: Option<String>,
+    /// `--cluster`: the `--remote` server is a node of a cluster (implied by several
+    /// addresses): readout routes each event to its node, collectors claim from every node.
+    pub cluster: bool,
     /// `--window`: requests in flight per connection of a remote run.
     pub window: usize,
     /// Say on stderr what is being done: measuring the limit, and (on a terminal) a progress
@@ -167,6 +171,22 @@ pub struct Report {
     pub limit_bytes_per_sec: f64,
     /// Readout bytes/s (median) over the limit; `None` (`null`) if the limit was not measured.
     pub ratio: Option<f64>,
+    /// A cluster run: the events collected from each node (absent otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeFigures>,
+}
+
+/// One cluster node's share of a run.
+#[derive(Serialize, Clone)]
+pub struct NodeFigures {
+    /// `host:port`.
+    pub addr: String,
+    /// Events collected from it.
+    pub events_collected: u64,
+    /// Those over the collect phase's length.
+    pub events_per_sec: f64,
+    /// Fragment bytes per second, at the run's mean fragment size.
+    pub bytes_per_sec: f64,
 }
 
 /// Fewest samples a side's median, p1 and p99 are given over; a shorter phase (a fill-drain
@@ -459,43 +479,66 @@ fn open_target(cfg: &Config) -> Result<(Option<ScratchDir>, Target, String, bool
     // was acknowledged before.
     let fresh_run = (cfg.seed as u32 ^ std::process::id()).max(2);
     if let Some(addr) = &cfg.remote {
+        let cluster = cfg.cluster || addr.contains(',');
         let mut probe = remote::RemoteTarget {
             addr: addr.clone(),
             window: cfg.window,
             seal: false,
+            cluster,
+            node_events: parking_lot::Mutex::default(),
         };
-        let stats = probe
-            .connect()
-            .and_then(|mut c| c.store_stats().map_err(|e| format!("STORE.STATS: {e}")))
-            .map_err(Error::Msg)?;
-        let int = |name: &str| match stats.get(name) {
-            Some(hotstore_client::StatValue::Int(v)) => Some(*v),
-            _ => None,
-        };
-        // Events must become READY with their last fragment: the server's policy expects
-        // --detectors fragments, or only sealed events are complete and readout seals.
-        match int("expected_fragments") {
-            Some(0) => probe.seal = true,
-            Some(n) if n == i64::from(cfg.detectors) => {}
-            Some(n) => {
-                return Err(Error::Msg(format!(
-                    "the server at {addr} completes events at {n} fragment(s); minidaq writes \
-                     {} per event (--detectors): start it with --expected-fragments {} (or 0, \
-                     and minidaq seals each event)",
-                    cfg.detectors, cfg.detectors
-                )))
-            }
-            None => {
-                return Err(Error::Msg(format!(
-                    "the server at {addr} does not say what completes an event \
-                     (STORE.STATS expected_fragments): is it a hotstore server of this version?"
-                )))
-            }
+        let all_stats = if cluster {
+            let mut c = probe.connect_cluster().map_err(Error::Msg)?;
+            c.store_stats_all()
+                .into_iter()
+                .map(|(node, s)| {
+                    s.map(|s| (node.addr(), s))
+                        .map_err(|e| format!("STORE.STATS of {}: {e}", node.addr()))
+                })
+                .collect::<std::result::Result<Vec<_>, String>>()
+        } else {
+            probe
+                .connect()
+                .and_then(|mut c| c.store_stats().map_err(|e| format!("STORE.STATS: {e}")))
+                .map(|s| vec![(addr.clone(), s)])
         }
-        let tiers = int("tiers").unwrap_or(0);
-        let survives = tiers > 0 && int("power_safe_tiers") == Some(tiers);
+        .map_err(Error::Msg)?;
+        let mut expected = None;
+        let (mut tiers, mut safe) = (0i64, 0i64);
+        for (addr, stats) in &all_stats {
+            let int = |name: &str| match stats.get(name) {
+                Some(hotstore_client::StatValue::Int(v)) => Some(*v),
+                _ => None,
+            };
+            tiers += int("tiers").unwrap_or(0);
+            safe += int("power_safe_tiers").unwrap_or(0);
+            let e = check_expected(addr, cfg.detectors, int("expected_fragments"))?;
+            if expected.is_some_and(|x| x != e) {
+                return Err(Error::Msg(format!(
+                    "the nodes of the cluster at {} complete events at different fragment \
+                     counts: start them all with the same --expected-fragments",
+                    cfg.remote.as_deref().unwrap_or_default()
+                )));
+            }
+            expected = Some(e);
+            probe.seal = e == 0;
+        }
+        let survives = tiers > 0 && safe == tiers;
+        let what = if cluster {
+            format!(
+                "remote hotstore cluster of {} node(s) ({})",
+                all_stats.len(),
+                all_stats
+                    .iter()
+                    .map(|(a, _)| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        } else {
+            format!("remote hotstore at {addr}")
+        };
         let desc = format!(
-            "remote hotstore at {addr}, {} requests in flight per connection ({})",
+            "{what}, {} requests in flight per connection ({})",
             cfg.window,
             if survives {
                 "its tiers survive a power cut"
@@ -523,6 +566,26 @@ fn open_target(cfg: &Config) -> Result<(Option<ScratchDir>, Target, String, bool
         fresh_run
     };
     Ok((tmp, Target::Local(store), desc, survives, run))
+}
+
+/// What `expected_fragments` (of the server at `addr`) means for a run writing `detectors`
+/// fragments per event: the count (0: readout must seal), or why the run cannot go.
+fn check_expected(addr: &str, detectors: u16, expected: Option<i64>) -> Result<i64> {
+    // Events must become READY with their last fragment: the server's policy expects
+    // --detectors fragments, or only sealed events are complete and readout seals.
+    match expected {
+        Some(0) => Ok(0),
+        Some(n) if n == i64::from(detectors) => Ok(n),
+        Some(n) => Err(Error::Msg(format!(
+            "the server at {addr} completes events at {n} fragment(s); minidaq writes \
+             {detectors} per event (--detectors): start it with --expected-fragments \
+             {detectors} (or 0, and minidaq seals each event)"
+        ))),
+        None => Err(Error::Msg(format!(
+            "the server at {addr} does not say what completes an event \
+             (STORE.STATS expected_fragments): is it a hotstore server of this version?"
+        ))),
+    }
 }
 
 fn run_once(cfg: &Config, limit: &limits::Limit) -> Result<(Report, Vec<Sample>)> {
@@ -666,6 +729,18 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> Result<(Report, Vec<Sample>)
     };
     let late_fragments = match &sh.target {
         Target::Local(store) => store.stats().events.late_fragments_total,
+        Target::Remote(t) if t.cluster => t
+            .connect_cluster()
+            .map(|mut c| {
+                c.store_stats_all()
+                    .into_iter()
+                    .filter_map(|(_, s)| match s.ok()?.get("late_fragments") {
+                        Some(hotstore_client::StatValue::Int(v)) => u64::try_from(*v).ok(),
+                        _ => None,
+                    })
+                    .sum()
+            })
+            .unwrap_or(0),
         Target::Remote(t) => t
             .connect()
             .and_then(|mut c| c.store_stats().map_err(|e| e.to_string()))
@@ -704,6 +779,27 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> Result<(Report, Vec<Sample>)
             collect_w.len(),
         )
     };
+    let nodes = match &sh.target {
+        Target::Remote(t) => t
+            .node_events
+            .lock()
+            .iter()
+            .map(|(addr, &n)| {
+                let per_sec = if collect_secs > 0.0 {
+                    n as f64 / collect_secs
+                } else {
+                    0.0
+                };
+                NodeFigures {
+                    addr: addr.clone(),
+                    events_collected: n,
+                    events_per_sec: per_sec,
+                    bytes_per_sec: per_sec * f64::from(cfg.detectors) * cfg.fragment_size as f64,
+                }
+            })
+            .collect(),
+        Target::Local(_) => Vec::new(),
+    };
     let report = Report {
         mode: cfg.mode,
         readout_threads: cfg.readout_threads,
@@ -727,6 +823,7 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> Result<(Report, Vec<Sample>)
         limit_name: limit.name.clone(),
         limit_bytes_per_sec: limit.bytes_per_sec,
         ratio: (limit.bytes_per_sec > 0.0).then(|| readout.bytes_per_sec / limit.bytes_per_sec),
+        nodes,
     };
     Ok((report, samples))
 }
@@ -805,6 +902,16 @@ impl fmt::Display for Report {
                     r.sample_ms
                 )?;
             }
+        }
+        for n in &r.nodes {
+            writeln!(
+                f,
+                "node:    {}: {} events collected, {} events/s, {}/s",
+                n.addr,
+                n.events_collected,
+                human_count(n.events_per_sec),
+                human_bytes(n.bytes_per_sec)
+            )?;
         }
         match r.ratio {
             Some(ratio) => {
