@@ -156,6 +156,25 @@ fn a_repeated_acknowledgement_says_the_event_is_done_even_after_a_reopen() {
     assert!(matches!(stale, Err(Error::ClaimLost { .. })), "{stale:?}");
 }
 
+/// Fix (issue 18, node loss): claim numbers started at 1 at every open, so after a crash the
+/// first claim of an event got the very token its holder before the crash still had, and that
+/// stale holder could acknowledge (or release) the new holder's claim.
+#[test]
+fn a_token_from_before_a_crash_does_not_name_a_claim_made_after_it() {
+    let m = FaultMedium::new("stale-token");
+    let s = store_expecting(&m, 1);
+    put_event(&s, 5, 1, 1, Durability::Persisted);
+    let before = s.next_event("old", LEASE).unwrap().unwrap().into_token();
+    drop(s);
+    let s = store_expecting(&m.process_crash(), 1);
+    let after = s.next_event("new", LEASE).unwrap().unwrap().into_token();
+    assert_eq!(after.event, before.event);
+    assert_ne!(after.to_string(), before.to_string());
+    let stale = s.ack(&before, Ack::Remove, Durability::Persisted);
+    assert!(matches!(stale, Err(Error::ClaimLost { .. })), "{stale:?}");
+    s.ack(&after, Ack::Remove, Durability::Persisted).unwrap();
+}
+
 #[test]
 fn a_claim_past_its_lease_cannot_be_acknowledged_even_if_nothing_else_ran() {
     // Found by the client tests: expiry was only noticed by the next claim or listing.

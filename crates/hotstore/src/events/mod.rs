@@ -443,6 +443,10 @@ pub(crate) struct Events {
     /// False while `acked` is empty (a store nobody acknowledged in): the late-fragment check
     /// then takes no lock. Set before any insert.
     any_acked: AtomicBool,
+    /// Claim numbers are not stored, so each open starts them at its wall-clock time in
+    /// nanoseconds: a token from before a crash can never name a claim made after the
+    /// restart (counting from 1 again, a consumer still holding an old token could
+    /// acknowledge another consumer's new claim of the same event).
     next_claim: AtomicU64,
     /// Deliveries after which an event that comes back unacknowledged is parked (0: never).
     pub(crate) max_deliveries: AtomicU32,
@@ -480,7 +484,7 @@ impl Events {
             leases: Mutex::new(BinaryHeap::new()),
             any_acked: AtomicBool::new(acked.intervals() > 0),
             acked: RwLock::new(acked),
-            next_claim: AtomicU64::new(1),
+            next_claim: AtomicU64::new(first_claim_number()),
             max_deliveries: AtomicU32::new(0),
             counters: Counters::default(),
             groups,
@@ -1096,4 +1100,12 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// Bytes of a hex string; `None` if it is not hex of whole bytes.
 pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
     hex::decode(s).ok()
+}
+
+/// The first claim number of this open (see `Events::next_claim`).
+fn first_claim_number() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        .max(1)
 }
