@@ -185,6 +185,19 @@ fn cluster_views_describe_the_map() {
     let want = ["*3", ":0", ":5460", "*3", "$9", "127.0.0.1"];
     assert_eq!(lines[..6], want.map(String::from));
     assert_eq!(lines[6], format!(":{}", c.map.nodes[0].port));
+    // CLUSTER SHARDS: per node, `slots` [start, end] and `nodes` with one master.
+    assert_eq!(n.call(&["CLUSTER", "SHARDS"]), "*3");
+    let shard: Vec<String> = (0..9).map(|_| n.line()).collect();
+    let want = ["*4", "$5", "slots", "*2", ":0", ":5460", "$5", "nodes", "*1"];
+    assert_eq!(shard, want.map(String::from));
+    assert_eq!(n.line(), "*14");
+    let fields: Vec<String> = (0..26).map(|_| n.line()).collect();
+    assert_eq!(fields[..3], ["$2", "id", "$40"].map(String::from));
+    assert_eq!(fields[3], c.map.nodes[0].id);
+    assert!(fields.contains(&"online".to_string()), "{fields:?}");
+    for _ in 0..2 * 36 {
+        n.line(); // the other two shards
+    }
     assert_eq!(n.call(&["READONLY"]), "+OK");
     assert!(n
         .call(&["CLUSTER", "NOPE"])
