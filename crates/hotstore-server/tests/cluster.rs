@@ -188,7 +188,9 @@ fn cluster_views_describe_the_map() {
     // CLUSTER SHARDS: per node, `slots` [start, end] and `nodes` with one master.
     assert_eq!(n.call(&["CLUSTER", "SHARDS"]), "*3");
     let shard: Vec<String> = (0..9).map(|_| n.line()).collect();
-    let want = ["*4", "$5", "slots", "*2", ":0", ":5460", "$5", "nodes", "*1"];
+    let want = [
+        "*4", "$5", "slots", "*2", ":0", ":5460", "$5", "nodes", "*1",
+    ];
     assert_eq!(shard, want.map(String::from));
     assert_eq!(n.line(), "*14");
     let fields: Vec<String> = (0..26).map(|_| n.line()).collect();
