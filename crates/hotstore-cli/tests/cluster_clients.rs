@@ -9,6 +9,8 @@
 //! is missing (`scripts/test` installs them).
 #![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
+mod common;
+
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -199,22 +201,7 @@ impl Node {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
-        let pid = libc::pid_t::try_from(child.id()).expect("pid fits pid_t");
-        // SAFETY: kill(2) on our own child's pid, which has not been waited for yet.
-        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-        assert_eq!(rc, 0, "kill(SIGTERM): {}", std::io::Error::last_os_error());
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        let status = loop {
-            match child.try_wait().expect("wait for hotstore serve") {
-                Some(status) => break Some(status),
-                None if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
-                None => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-            }
-        };
+        let status = common::terminate(&mut child, STOP_TIMEOUT);
         for r in self.readers.drain(..) {
             let _ = r.join();
         }
