@@ -144,6 +144,22 @@ impl ServerConfig {
         }
     }
 
+    /// Write lanes of the store (each lane appends to its own segment file).
+    ///
+    /// With `Persisted` as the default, every lane written since the last group commit costs
+    /// one `fdatasync`, each with its own device cache flush, one after the other: with two
+    /// lanes in use, SET 100 B at `-P 16 -c 8` measured 200-226 k/s, with one 295-317 k/s
+    /// (the commit went from about 270 to 195 us). So Persisted servers share a lane among
+    /// four workers; the lock is held only for a copy, a small price next to a flush. Memory
+    /// servers give each worker two lanes (one lane measured about 10% slower there).
+    pub fn lanes(&self) -> usize {
+        let threads = self.worker_threads();
+        match self.durability {
+            Durability::Persisted => (threads / 4).clamp(1, 256),
+            Durability::Memory => (threads * 2).clamp(2, 256),
+        }
+    }
+
     /// Refuses settings that cannot work or are unsafe.
     pub fn validate(&self) -> Result<IpAddr, ServerError> {
         let bad = |what: String| Err(ServerError::Config { what });
@@ -221,6 +237,17 @@ mod tests {
         assert_eq!(c.metrics_port, Some(9100));
         assert!(ServerConfig::from_toml("prot = 1").is_err());
         assert!(ServerConfig::from_toml("durability = \"fast\"").is_err());
+        let lanes = |durability, threads| {
+            ServerConfig {
+                durability,
+                threads,
+                ..ServerConfig::default()
+            }
+            .lanes()
+        };
+        assert_eq!(lanes(Durability::Persisted, 2), 1);
+        assert_eq!(lanes(Durability::Persisted, 16), 4);
+        assert_eq!(lanes(Durability::Memory, 2), 4);
     }
 
     #[test]

@@ -43,8 +43,7 @@ fn io_err(what: String) -> impl FnOnce(std::io::Error) -> ServerError {
 /// threads. Returns once every listener is bound.
 pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     config.validate()?;
-    let threads = config.worker_threads();
-    let mut builder = Store::builder(&config.dir).lanes((threads * 2).clamp(2, 256));
+    let mut builder = Store::builder(&config.dir).lanes(config.lanes());
     if config.capacity > 0 {
         builder = builder.tier(TierSpec::new(".").capacity_bytes(config.capacity));
         if let Some(lower) = &config.offload_to {
