@@ -346,6 +346,10 @@ impl Segment {
         let mut synced = self.synced_upto.lock();
         let end = self.end.load(Ordering::Acquire);
         if end > *synced {
+            // Whole pages below `end` are never written again (records are appended past
+            // `end`): unmapped, their write-back needs no write-protection fault per page.
+            let from = *synced / 4096 * 4096;
+            self.region.unmap_pages(from, end - from);
             self.region.persist(*synced, end - *synced)?;
             *synced = end;
         }

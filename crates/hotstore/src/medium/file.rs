@@ -481,6 +481,26 @@ impl Region for MappedFile {
         Ok(true)
     }
 
+    fn unmap_pages(&self, offset: usize, len: usize) {
+        if self.domain != Domain::Block {
+            return;
+        }
+        let from = offset.next_multiple_of(PAGE);
+        let to = (offset + len).min(self.len) / PAGE * PAGE;
+        if to <= from {
+            return;
+        }
+        // MADV_DONTNEED on a shared file mapping only zaps page-table entries: the dirty bits
+        // go to the pages (nothing is lost) with one TLB flush for the whole range, and
+        // readers fault the pages back in. Without it, the `fdatasync` of a sealed 64 MiB
+        // segment of small records write-protected its 16 k mapped pages one at a time, each
+        // with an inter-processor interrupt to the writer threads (a tenth of the server's
+        // CPU in a SET profile: `page_mkclean_one` -> `flush_tlb_mm_range`). Advice only: an
+        // error changes nothing but speed.
+        // Safety: the range is inside the mapping (clamped above); the bytes stay valid.
+        unsafe { libc::madvise(self.ptr.add(from).cast(), to - from, libc::MADV_DONTNEED) };
+    }
+
     fn persist(&self, offset: usize, len: usize) -> Result<()> {
         assert!(
             offset + len <= self.len,
@@ -559,4 +579,43 @@ pub fn detect_domain(dir: &Path) -> (Domain, &'static str) {
         Domain::Block,
         "regular file system: made durable with fdatasync",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::medium::Medium;
+
+    /// Unmapping written pages keeps their bytes: in the mapping (faulted back in), in the file
+    /// after the sync, and for the partial page the range only touches.
+    #[test]
+    fn unmapped_pages_keep_their_bytes() {
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        for domain in [Domain::Block, Domain::Volatile] {
+            let medium = FileMedium::new(dir.path().join(format!("{domain:?}")), domain).unwrap();
+            let len = 16 * PAGE;
+            let region = medium.create_region("seg", len).unwrap();
+            let written = 5 * PAGE + 123;
+            let pattern: Vec<u8> = (0..written).map(|i| (i * 7 + 1) as u8).collect();
+            // Safety: the region is ours alone and `written` < len.
+            unsafe {
+                std::ptr::copy_nonoverlapping(pattern.as_ptr(), region.as_ptr(), written);
+            }
+            region.unmap_pages(100, written - 100);
+            // Safety: inside the mapping, written above.
+            let mapped = unsafe { std::slice::from_raw_parts(region.as_ptr(), written) };
+            assert_eq!(mapped, &pattern[..], "{domain:?}: mapping after unmap");
+            // The tail page is still writable through the mapping.
+            // Safety: inside the mapping, owned.
+            unsafe { *region.as_ptr().add(written) = 0xAB };
+            region.persist(0, written + 1).unwrap();
+            let file = std::fs::read(region.path()).unwrap();
+            assert_eq!(
+                &file[..written],
+                &pattern[..],
+                "{domain:?}: file after sync"
+            );
+            assert_eq!(file[written], 0xAB);
+        }
+    }
 }

@@ -169,6 +169,15 @@ pub trait Region: Send + Sync {
         unsafe { self.write_parts(offset, parts, true)? };
         Ok(false)
     }
+    /// Drops this process's page-table entries for bytes `[offset, offset + len)` (rounded
+    /// in to whole pages), keeping the bytes (dirty ones included) in the file's pages: the
+    /// next access faults them back in. A segment calls it on its whole written pages before
+    /// each sync (`Segment::persist_written`), so that write-back finds no mapped dirty pages
+    /// to write-protect one by one, each with a TLB shoot-down that interrupts every writer
+    /// thread (see `MappedFile`). Default: nothing.
+    fn unmap_pages(&self, offset: usize, len: usize) {
+        let _ = (offset, len);
+    }
     /// Makes bytes `[offset, offset + len)` durable in the medium's domain. A no-op on a
     /// volatile medium. After an error the caller must assume nothing past the last success
     /// is durable.

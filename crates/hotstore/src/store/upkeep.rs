@@ -98,14 +98,23 @@ fn seal(inner: &Inner, seg: &Arc<Segment>) {
     if seg.recycled.load(Ordering::Acquire) {
         return;
     }
+    // Encoded from the records' headers while their pages are still mapped (the sync unmaps
+    // them, see `Segment::persist_written`); written only once the records are durable.
+    let encode = |end: usize| {
+        // Safety: published records below `end` never change while the segment is not
+        // recycled, and only this thread recycles.
+        let records = unsafe { seg.bytes(0, end) };
+        summary::encode_records(seg.id, records, crate::segment::SEGMENT_HEADER_LEN, end)
+    };
+    let sealed_end = seg.end.load(Ordering::Acquire);
+    let mut bytes = encode(sealed_end);
     let end = match seg.persist_written() {
         Ok(end) => end,
         Err(e) => return inner.poison(&e),
     };
-    // Safety: published records below `end` never change while the segment is not recycled,
-    // and only this thread recycles.
-    let records = unsafe { seg.bytes(0, end) };
-    let bytes = summary::encode_records(seg.id, records, crate::segment::SEGMENT_HEADER_LEN, end);
+    if end != sealed_end {
+        bytes = encode(end);
+    }
     // A missing summary only costs a scan at the next open.
     let _ = inner.tiers[seg.tier]
         .medium
