@@ -42,6 +42,10 @@
 #                           slow on some VMs and then dominates 10 KiB SETs)
 #   HOTSTORE_BENCH_REDIS_FSYNC  Redis's appendfsync (default everysec; `always` makes Redis
 #                           sync before replying, the counterpart of hotstore's persisted)
+#   HOTSTORE_BENCH_SETTLE   1 (default): `sync` before every timed run, so that no run pays
+#                           for the write-back of the dirty pages an earlier run (of another
+#                           server) left behind; 0 to skip (the 10 KiB rows then vary about
+#                           twofold from run to run)
 #   HOTSTORE_BENCH_KEEP=1   keep the data directories
 set -euo pipefail
 
@@ -53,6 +57,7 @@ WRITES_ONLY=${HOTSTORE_BENCH_WRITES_ONLY:-0}
 FILL=${HOTSTORE_BENCH_FILL:-300000}
 PREALLOC=${HOTSTORE_BENCH_PREALLOC:-8GiB}
 REDIS_FSYNC=${HOTSTORE_BENCH_REDIS_FSYNC:-everysec}
+SETTLE=${HOTSTORE_BENCH_SETTLE:-1}
 KEYSPACE=100000
 CLIENTS=8
 
@@ -228,6 +233,9 @@ bench() {
   echo "$rps"
 }
 
+# Before a timed run: write back what earlier runs left dirty (see HOTSTORE_BENCH_SETTLE).
+settle() { [[ $SETTLE == 1 ]] && sync; return 0; }
+
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # Requests for about SECONDS_PER_RUN at the rate of a short probe run.
@@ -276,10 +284,13 @@ for size in 100 10240; do
       done
       r0=() r1=() r2=()
       for ((rep = 1; rep <= REPS; rep++)); do
+        settle
         v=$(bench "${PORTS[0]}" "$op" "$size" "$pipe" "${ns[0]}")
         r0+=("$v")
+        settle
         v=$(bench "${PORTS[1]}" "$op" "$size" "$pipe" "${ns[1]}")
         r1+=("$v")
+        settle
         v=$(bench "${PORTS[2]}" "$op" "$size" "$pipe" "${ns[2]}")
         r2+=("$v")
       done

@@ -340,16 +340,18 @@ impl Segment {
         self.region.persist(0, h.len())
     }
 
+    /// Drops the process's page mappings of `[offset, offset + len)`, keeping the bytes (see
+    /// `Region::unmap_pages`): done to a sealed segment before it is synced.
+    pub(crate) fn unmap_pages(&self, offset: usize, len: usize) {
+        self.region.unmap_pages(offset, len);
+    }
+
     /// Persists every published byte not yet persisted; returns the new watermark. Keeps the
     /// durable part of the segment a prefix: never a later record without the earlier ones.
     pub fn persist_written(&self) -> crate::Result<usize> {
         let mut synced = self.synced_upto.lock();
         let end = self.end.load(Ordering::Acquire);
         if end > *synced {
-            // Whole pages below `end` are never written again (records are appended past
-            // `end`): unmapped, their write-back needs no write-protection fault per page.
-            let from = *synced / 4096 * 4096;
-            self.region.unmap_pages(from, end - from);
             self.region.persist(*synced, end - *synced)?;
             *synced = end;
         }

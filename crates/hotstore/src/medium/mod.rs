@@ -171,10 +171,10 @@ pub trait Region: Send + Sync {
     }
     /// Drops this process's page-table entries for bytes `[offset, offset + len)` (rounded
     /// in to whole pages), keeping the bytes (dirty ones included) in the file's pages: the
-    /// next access faults them back in. A segment calls it on its whole written pages before
-    /// each sync (`Segment::persist_written`), so that write-back finds no mapped dirty pages
-    /// to write-protect one by one, each with a TLB shoot-down that interrupts every writer
-    /// thread (see `MappedFile`). Default: nothing.
+    /// next access faults them back in. The seal of a segment calls it before syncing the
+    /// segment, so that write-back finds no mapped dirty pages to write-protect one by one,
+    /// each with a TLB shoot-down that interrupts every writer thread (see `MappedFile`).
+    /// Default: nothing.
     fn unmap_pages(&self, offset: usize, len: usize) {
         let _ = (offset, len);
     }
