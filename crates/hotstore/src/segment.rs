@@ -131,6 +131,10 @@ pub struct Segment {
     pub end: AtomicUsize,
     /// Records below this offset are on the persistence domain.
     synced_upto: Mutex<usize>,
+    /// A copy of `synced_upto` that never runs ahead of it (stored after a raise, before a
+    /// lowering, both under its lock), for [`Segment::is_synced`] without the lock: a group
+    /// commit asks every segment of the store.
+    synced_hint: AtomicUsize,
     /// No more appends; eligible for recycling once dead and unpinned.
     pub sealed: AtomicBool,
     /// Live (newest, not removed) records in this segment.
@@ -192,6 +196,7 @@ impl Segment {
             region,
             end: AtomicUsize::new(end),
             synced_upto: Mutex::new(synced),
+            synced_hint: AtomicUsize::new(synced),
             sealed: AtomicBool::new(false),
             live_records: AtomicU64::new(0),
             live_bytes: AtomicU64::new(0),
@@ -311,7 +316,9 @@ impl Segment {
     /// Fix (found by tests/model.rs): a tail reopened with its watermark at its end left its
     /// header out of every later persist, and a power cut then lost Persisted records in it.
     pub fn forget_synced(&self) {
-        *self.synced_upto.lock() = 0;
+        let mut synced = self.synced_upto.lock();
+        self.synced_hint.store(0, Ordering::Release);
+        *synced = 0;
     }
 
     /// Clears the torn record found at `end` by recovery (zeroes its header slot, durably), so
@@ -354,6 +361,7 @@ impl Segment {
         if end > *synced {
             self.region.persist(*synced, end - *synced)?;
             *synced = end;
+            self.synced_hint.store(end, Ordering::Release);
         }
         Ok(*synced)
     }
@@ -389,7 +397,7 @@ impl Segment {
 
     /// True if everything published is persisted.
     pub fn is_synced(&self) -> bool {
-        *self.synced_upto.lock() >= self.end.load(Ordering::Acquire)
+        self.synced_hint.load(Ordering::Acquire) >= self.end.load(Ordering::Acquire)
     }
 
     /// True if the recycler may take this segment: sealed, every record dead, and either it
