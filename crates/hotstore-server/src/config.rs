@@ -2,7 +2,7 @@
 //! with `-` or `_`), and the checks made before listening.
 
 use crate::error::ServerError;
-use hotstore::Durability;
+use hotstore::{Durability, PageCache};
 use serde::Deserialize;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -141,6 +141,18 @@ impl ServerConfig {
             self.threads
         } else {
             std::thread::available_parallelism().map_or(2, |n| n.get())
+        }
+    }
+
+    /// How new segment files sit in the page cache: single pages for a Persisted server (each
+    /// group commit then writes only the pages it changed: 950 KiB per commit fell to about
+    /// 15 KiB, and SET 100 B rose from 171-278 k/s to 330-351 k/s in alternated runs), large
+    /// folios for a Memory one (nothing is synced per write, and a sealed segment's write-back
+    /// of 16 k single pages cost 100 B SETs about 10%).
+    pub fn page_cache(&self) -> PageCache {
+        match self.durability {
+            Durability::Persisted => PageCache::SinglePages,
+            Durability::Memory => PageCache::LargeFolios,
         }
     }
 

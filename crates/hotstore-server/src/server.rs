@@ -43,7 +43,9 @@ fn io_err(what: String) -> impl FnOnce(std::io::Error) -> ServerError {
 /// threads. Returns once every listener is bound.
 pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     config.validate()?;
-    let mut builder = Store::builder(&config.dir).lanes(config.lanes());
+    let mut builder = Store::builder(&config.dir)
+        .lanes(config.lanes())
+        .page_cache(config.page_cache());
     if config.capacity > 0 {
         builder = builder.tier(TierSpec::new(".").capacity_bytes(config.capacity));
         if let Some(lower) = &config.offload_to {

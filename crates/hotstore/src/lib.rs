@@ -47,8 +47,8 @@ pub use key::{FragmentKey, KeyField, KeyLayout, MAX_KEY_LEN};
 pub use medium::{free_space_bytes, Domain};
 pub use meta::{FORMAT_VERSION, META_FILE};
 pub use options::{
-    Durability, RecoveryMode, StoreOptions, TierSpec, WriteOptions, DIRECT_IO_MIN_VALUE_BYTES,
-    MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE, OFFLOAD_HIGH_WATER,
+    Durability, PageCache, RecoveryMode, StoreOptions, TierSpec, WriteOptions,
+    DIRECT_IO_MIN_VALUE_BYTES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE, OFFLOAD_HIGH_WATER,
 };
 pub use record::MAX_VALUE_LEN;
 pub use recovery::RecoveryReport;

@@ -324,7 +324,7 @@ fn refuse_orphaned_segments(options: &StoreOptions, root: &dyn Medium) -> Result
 
 /// A tier directory as a medium, with direct I/O off if no value would use it.
 fn file_medium(dir: &Path, domain: Domain, options: &StoreOptions) -> Result<FileMedium> {
-    let m = FileMedium::new(dir, domain)?;
+    let m = FileMedium::new(dir, domain)?.with_page_cache(options.page_cache);
     Ok(
         if options.direct_io_min_value_bytes as u64 > MAX_VALUE_LEN {
             m.without_direct_io()
