@@ -5,6 +5,7 @@ use super::acked::successor;
 use super::records::EventWrite;
 use super::{Ack, Claim, ClaimToken, EventId, EventInfo, EventPolicy, PendingClaim};
 use crate::error::{Error, Result};
+use crate::index::{self, IndexKey};
 use crate::options::Durability;
 use crate::store::{Inner, Store};
 use std::ops::Bound;
@@ -98,7 +99,7 @@ impl Store {
                     h.since,
                     PendingClaim {
                         token: ClaimToken {
-                            event: EventId::from_prefix(k.as_bytes()),
+                            event: EventId::from_prefix(&k.as_bytes()),
                             claim: h.claim,
                             group: 0,
                         },
@@ -143,20 +144,17 @@ impl Store {
         for shard in inner.index.shards() {
             let shard = shard.read();
             let mut listed = 0;
-            let mut last: Option<&[u8]> = None;
-            for (k, _) in shard
-                .keys
-                .range::<[u8], _>((Bound::Included(from.as_bytes()), Bound::Unbounded))
-            {
+            let mut last: Option<Vec<u8>> = None;
+            for (k, _) in shard.keys.range(IndexKey::new(from.as_bytes())..) {
                 let k = k.as_bytes();
-                if k.len() != flen || last == Some(&k[..plen]) {
+                if k.len() != flen || last.as_deref() == Some(&k[..plen]) {
                     continue;
                 }
                 let prefix = &k[..plen];
                 if matches!(upper, Bound::Excluded(u) if prefix >= u) {
                     break;
                 }
-                last = Some(prefix);
+                last = Some(prefix.to_vec());
                 if let Some(info) = inner.events.info_in(&shard.keys, &shard.events, prefix) {
                     out.push(info);
                     listed += 1;
@@ -267,11 +265,11 @@ impl Inner {
             None => Bound::Unbounded,
         };
         let shard = self.index.event_shard(prefix).read();
-        for (k, loc) in shard.keys.range::<[u8], _>((lower, upper)) {
+        for (k, loc) in shard.keys.range((index::bound(lower), index::bound(upper))) {
             if k.as_bytes().len() != self.events.fragment_len {
                 continue;
             }
-            f(k.as_bytes(), self.read_value(k.as_bytes(), loc)?);
+            f(&k.as_bytes(), self.read_value(&k.as_bytes(), loc)?);
         }
         Ok(())
     }
@@ -298,9 +296,9 @@ impl Inner {
             let super::ShardEvents { entries, ready, .. } = &mut shard.events;
             for (k, e) in entries.iter_mut() {
                 if matches!(e.state, super::State::Open) {
-                    let expected = self.events.policy_for(k.as_bytes()).expected_fragments;
+                    let expected = self.events.policy_for(&k.as_bytes()).expected_fragments;
                     if expected > 0 && e.fragments >= expected {
-                        self.events.make_ready(ready, no, e, k.as_bytes(), false);
+                        self.events.make_ready(ready, no, e, &k.as_bytes(), false);
                     }
                 }
             }

@@ -198,7 +198,7 @@ impl Inner {
                 let Some((prefix, e)) = ev.pop_ready(&shard.keys, &mut shard.events, no) else {
                     continue;
                 };
-                let id = EventId::from_prefix(prefix.as_bytes());
+                let id = EventId::from_prefix(&prefix.as_bytes());
                 return Ok(Some(self.take_claim(e, id, consumer.clone(), lease)));
             }
             let Some(deadline) = deadline else {

@@ -220,7 +220,7 @@ impl Inner {
         let mut shards: Vec<_> = self.index.shards().iter().map(|s| s.write()).collect();
         let (settled, log) = ev.groups.remove(name)?;
         for (seq, prefix) in log.unwrap_or_default() {
-            let no = self.index.event_shard_no(prefix.as_bytes());
+            let no = self.index.event_shard_no(&prefix.as_bytes());
             ev.requeue(&mut shards[no].events, no, seq, prefix);
         }
         drop(shards);
@@ -233,7 +233,7 @@ impl Inner {
         let g = &self.events.groups;
         while let Some(what) = g.settled_as(prefix) {
             let retry = Cell::new(false);
-            self.write_event_record(prefix.as_bytes(), what, Durability::Persisted, |e| {
+            self.write_event_record(&prefix.as_bytes(), what, Durability::Persisted, |e| {
                 if e.is_none() {
                     g.forget(prefix);
                     return Ok(false);
@@ -379,9 +379,9 @@ impl Inner {
         lease: Duration,
     ) -> Option<Claim> {
         let ev = &self.events;
-        let mut shard = self.index.event_shard(prefix.as_bytes()).write();
+        let mut shard = self.index.event_shard(&prefix.as_bytes()).write();
         let sh = &mut *shard;
-        ev.materialize(&sh.keys, &mut sh.events, prefix.as_bytes());
+        ev.materialize(&sh.keys, &mut sh.events, &prefix.as_bytes());
         let Some(e) = sh
             .events
             .entries
@@ -404,7 +404,7 @@ impl Inner {
         Some(Claim {
             inner: self.clone(),
             token: ClaimToken {
-                event: EventId::from_prefix(prefix.as_bytes()),
+                event: EventId::from_prefix(&prefix.as_bytes()),
                 claim,
                 group: gid,
             },

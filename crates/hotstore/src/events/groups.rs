@@ -447,9 +447,9 @@ impl Groups {
         let mut acked = 0;
         let mut keep = false;
         for g in &s.groups {
-            if g.acked.contains(prefix.as_bytes()) {
+            if g.acked.contains(&prefix.as_bytes()) {
                 acked |= g.bit();
-                keep |= g.required && g.kept.contains(prefix.as_bytes());
+                keep |= g.required && g.kept.contains(&prefix.as_bytes());
             }
         }
         let waiting = s.required_mask() & !acked;
@@ -667,7 +667,7 @@ impl Groups {
             None => Err(Error::InvalidArgument(format!(
                 "event {} is not poisoned in group `{name}`: only a poisoned event is claimed \
                  by its id (the others in READY order, with next_event)",
-                EventId::from_prefix(prefix.as_bytes())
+                EventId::from_prefix(&prefix.as_bytes())
             ))),
         }
     }
@@ -729,7 +729,7 @@ impl Groups {
         }
         let acked = match s.by_prefix.get(prefix).and_then(|q| s.log.get(q)) {
             Some(e) => e.acked & g.bit() != 0,
-            None => g.acked.contains(prefix.as_bytes()),
+            None => g.acked.contains(&prefix.as_bytes()),
         };
         Err(if acked {
             Error::EventAcknowledged(token.event.to_string())
@@ -776,9 +776,9 @@ impl Groups {
             return Ok(Settled::Last);
         }
         let required = g.required;
-        g.acked.insert(prefix.as_bytes());
+        g.acked.insert(&prefix.as_bytes());
         if ack == super::Ack::Keep && required {
-            g.kept.insert(prefix.as_bytes());
+            g.kept.insert(&prefix.as_bytes());
         }
         let e = s.log.get_mut(&seq).expect("by_prefix and log agree");
         e.acked |= bit;
@@ -833,7 +833,7 @@ impl Groups {
                     c.since,
                     PendingClaim {
                         token: ClaimToken {
-                            event: EventId::from_prefix(p.as_bytes()),
+                            event: EventId::from_prefix(&p.as_bytes()),
                             claim: c.claim,
                             group: g.id,
                         },

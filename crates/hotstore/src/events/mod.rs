@@ -600,7 +600,7 @@ impl Events {
             fragment_bound,
             ..
         } = shard;
-        let above_bound = fragment_bound.as_ref().is_none_or(|b| b.as_bytes() < key);
+        let above_bound = fragment_bound.as_ref().is_none_or(|b| *b.as_bytes() < *key);
         // Only fragments of this event can lie between the bound and `key` if the bound has
         // its prefix; otherwise there are none (see `ShardEvents::fragment_bound`).
         let alone_above = above_bound
@@ -703,7 +703,7 @@ impl Events {
             let flen = self.fragment_len;
             shard.ready.retain(|seq, p| match entries.get(p) {
                 Some(e) => e.state == State::Ready && (e.seq == seq || e.seq == 0),
-                None => fragment_counts(keys, p.as_bytes(), flen).0 > 0,
+                None => fragment_counts(keys, &p.as_bytes(), flen).0 > 0,
             });
             shard.stale = 0;
         }
@@ -937,7 +937,7 @@ impl Events {
                 Some(_) => {} // stale: the event moved on since it was queued
                 None => {
                     // Implicit: READY if it still has fragments (counted when it was queued).
-                    let (n, bytes) = fragment_counts(keys, prefix.as_bytes(), self.fragment_len);
+                    let (n, bytes) = fragment_counts(keys, &prefix.as_bytes(), self.fragment_len);
                     if n > 0 {
                         let mut e = EventEntry::open(n, bytes);
                         e.state = State::Ready;
@@ -999,13 +999,13 @@ impl Events {
                 }
             };
             let Some(prefix) = due else { break };
-            let no = index.event_shard_no(prefix.as_bytes());
+            let no = index.event_shard_no(&prefix.as_bytes());
             let mut shard = index.shards()[no].write();
             let ShardEvents { entries, ready, .. } = &mut shard.events;
             if let Some(e) = entries.get_mut(&prefix) {
                 if matches!(e.state, State::Open) {
                     self.counters.timed_out.fetch_add(1, Ordering::Relaxed);
-                    self.make_ready(ready, no, e, prefix.as_bytes(), true);
+                    self.make_ready(ready, no, e, &prefix.as_bytes(), true);
                 }
             }
         }
@@ -1020,13 +1020,13 @@ impl Events {
                 }
             };
             let Some((claim, prefix)) = due else { break };
-            let no = index.event_shard_no(prefix.as_bytes());
+            let no = index.event_shard_no(&prefix.as_bytes());
             let mut shard = index.shards()[no].write();
             let ShardEvents { entries, ready, .. } = &mut shard.events;
             if let Some(e) = entries.get_mut(&prefix) {
                 if e.claimed_by(claim) {
                     self.counters.expired.fetch_add(1, Ordering::Relaxed);
-                    self.give_back(ready, no, e, prefix.as_bytes());
+                    self.give_back(ready, no, e, &prefix.as_bytes());
                 }
             }
         }

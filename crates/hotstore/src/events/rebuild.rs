@@ -19,7 +19,6 @@ use crate::record::{self, Kind, EVENT_MARK_KEPT, EVENT_MARK_SEALED};
 use crate::recovery::EventRecord;
 use std::cmp::Reverse;
 use std::collections::HashMap;
-use std::ops::Bound;
 use std::time::Instant;
 
 pub(crate) fn rebuild(events: &Events, index: &Index, records: &[EventRecord]) {
@@ -40,7 +39,7 @@ pub(crate) fn rebuild(events: &Events, index: &Index, records: &[EventRecord]) {
         let mut shard = index.event_shard(&r.prefix).write();
         let doomed: Vec<IndexKey> = shard
             .keys
-            .range::<[u8], _>((Bound::Included(&*r.prefix), Bound::Unbounded))
+            .range(IndexKey::new(&r.prefix)..)
             .take_while(|(k, _)| k.as_bytes().starts_with(&r.prefix))
             .filter(|(k, loc)| {
                 k.as_bytes().len() == flen && loc.lsn < r.lsn && loc.value_len != TOMBSTONE_LEN
@@ -122,6 +121,7 @@ fn build(events: &Events, index: &Index, marks: &HashMap<&[u8], &EventRecord>) {
         }
         for (prefix, fragments, bytes) in found {
             let p = prefix.as_bytes();
+            let p: &[u8] = &p;
             let mark = marks.get(p).map(|r| {
                 r.seg.mark_live(r.rec_len);
                 Box::new(MarkLoc {
@@ -160,12 +160,12 @@ fn build(events: &Events, index: &Index, marks: &HashMap<&[u8], &EventRecord>) {
     }
     ready.sort();
     for prefix in ready {
-        let no = index.event_shard_no(prefix.as_bytes());
+        let no = index.event_shard_no(&prefix.as_bytes());
         let mut shard = index.shards()[no].write();
         let ShardEvents { entries, ready, .. } = &mut shard.events;
         if let Some(e) = entries.get_mut(&prefix) {
             if matches!(e.state, State::Open) {
-                events.make_ready(ready, no, e, prefix.as_bytes(), false);
+                events.make_ready(ready, no, e, &prefix.as_bytes(), false);
             }
         }
     }

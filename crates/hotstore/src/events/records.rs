@@ -86,12 +86,12 @@ impl Inner {
         let upper = successor(prefix);
         let doomed: Vec<IndexKey> = shard
             .keys
-            .range::<[u8], _>((
-                std::ops::Bound::Included(prefix),
-                match &upper {
+            .range((
+                crate::index::bound(std::ops::Bound::Included(prefix)),
+                crate::index::bound(match &upper {
                     Some(u) => std::ops::Bound::Excluded(&**u),
                     None => std::ops::Bound::Unbounded,
-                },
+                }),
             ))
             .filter(|(k, _)| k.as_bytes().len() == flen)
             .map(|(k, _)| k.clone())

@@ -71,7 +71,9 @@ impl Store {
         self.inner
             .index
             .range(from, to, limit, |k, loc| {
-                self.inner.read_value(k.as_bytes(), loc).map(|v| v.to_vec())
+                self.inner
+                    .read_value(&k.as_bytes(), loc)
+                    .map(|v| v.to_vec())
             })
             .into_iter()
             .map(|(k, v)| v.map(|v| (k.into_vec(), v)))
@@ -99,8 +101,8 @@ impl Store {
         for shard in self.inner.index.shards() {
             let map = shard.read();
             for (k, loc) in map.iter() {
-                let v = self.inner.read_value(k.as_bytes(), loc)?;
-                f(k.as_bytes(), v);
+                let v = self.inner.read_value(&k.as_bytes(), loc)?;
+                f(&k.as_bytes(), v);
             }
         }
         Ok(())
