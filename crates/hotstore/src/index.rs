@@ -69,6 +69,28 @@ impl IndexKey {
         self.w[2] & 0xff == HEAP_TAG
     }
 
+    /// True if this key begins with `prefix`'s bytes. Two inline keys compare as masked
+    /// words (a tracked fragment put asks this of every key: a `memcmp` was 4% of it).
+    pub fn starts_with(&self, prefix: &IndexKey) -> bool {
+        if self.on_heap() || prefix.on_heap() {
+            return self.as_bytes().starts_with(&prefix.as_bytes());
+        }
+        let n = (prefix.w[2] & 0xff) as usize;
+        if ((self.w[2] & 0xff) as usize) < n {
+            return false;
+        }
+        (0..3).all(|i| {
+            let bytes = n.saturating_sub(i * 8).min(8);
+            // The top `bytes` bytes of word `i` (none: nothing to compare).
+            let mask = match bytes {
+                0 => 0,
+                8 => u64::MAX,
+                b => !(u64::MAX >> (b * 8)),
+            };
+            (self.w[i] ^ prefix.w[i]) & mask == 0
+        })
+    }
+
     /// The key bytes.
     pub fn as_bytes(&self) -> KeyBytes<'_> {
         if self.on_heap() {
@@ -393,6 +415,35 @@ mod tests {
             let mut other = bytes.clone();
             other.push(0);
             assert!(IndexKey::new(&other) != c && IndexKey::new(&other) > c);
+        }
+    }
+
+    #[test]
+    fn prefixes_match_as_bytes_do() {
+        let keys: Vec<Vec<u8>> = vec![
+            vec![],
+            vec![1],
+            vec![1, 2],
+            vec![1, 3],
+            (1..=8).collect(),
+            (1..=9).collect(),
+            (1..=12).collect(),
+            (1..=16).collect(),
+            [(1..=12).collect::<Vec<u8>>(), vec![0, 0, 0, 1]].concat(),
+            (1..=22).collect(),
+            (1..=23).collect(),
+            (1..=30).collect(),
+            vec![0; 12],
+            vec![0; 16],
+        ];
+        for k in &keys {
+            for p in &keys {
+                assert_eq!(
+                    IndexKey::new(k).starts_with(&IndexKey::new(p)),
+                    k.starts_with(p),
+                    "{k:?} starts with {p:?}"
+                );
+            }
         }
     }
 

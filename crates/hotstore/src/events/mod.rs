@@ -600,15 +600,17 @@ impl Events {
             fragment_bound,
             ..
         } = shard;
-        let above_bound = fragment_bound.as_ref().is_none_or(|b| *b.as_bytes() < *key);
+        // Compared as index keys (machine words), not bytes.
+        let key_ik = IndexKey::new(key);
+        let above_bound = fragment_bound.as_ref().is_none_or(|b| *b < key_ik);
         // Only fragments of this event can lie between the bound and `key` if the bound has
         // its prefix; otherwise there are none (see `ShardEvents::fragment_bound`).
         let alone_above = above_bound
             && fragment_bound
                 .as_ref()
-                .is_none_or(|b| !b.as_bytes().starts_with(prefix));
+                .is_none_or(|b| !b.starts_with(&probe));
         if above_bound {
-            *fragment_bound = Some(IndexKey::new(key));
+            *fragment_bound = Some(key_ik);
         }
         let entry = match entries.entry(probe) {
             std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
