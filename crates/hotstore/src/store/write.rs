@@ -273,7 +273,7 @@ impl Inner {
                     },
                 );
                 if let Some(probe) = probe {
-                    let no = self.index.event_shard_no(&probe.as_bytes());
+                    let no = self.index.event_shard_no(&key[..self.events.prefix_len]);
                     self.events.on_put(
                         &shard.keys,
                         &mut shard.events,
