@@ -168,8 +168,9 @@ impl FileMedium {
     /// A file created to be written (`Fill::Writable`) on a `block` tier is pre-faulted by
     /// MADV_POPULATE_READ if asked; with [`PageCache::SinglePages`] it is first advised
     /// MADV_RANDOM (and was zero-filled a page per write), so the page cache holds it in
-    /// single pages. Why: a store through a shared mapping marks its
-    /// whole *folio* dirty, and on file systems with large folios (ext4 on Linux 6.x) the
+    /// single pages.
+    ///
+    /// Why: a store through a shared mapping marks its whole *folio* dirty, and on file systems with large folios (ext4 on Linux 6.x) the
     /// fault-path readahead ramps up to 2 MiB folios along a file written in order, as 1 MiB
     /// buffered writes (the zero-fill's, formerly) make 1 MiB ones. Every `fdatasync` of a few
     /// small Persisted records then wrote 1-2 MiB: measured on this machine (kernel 6.18),
@@ -227,7 +228,8 @@ impl FileMedium {
 /// How a mapping is prepared (see [`FileMedium::map`]).
 #[derive(Clone, Copy)]
 enum Fill {
-    /// A new file to be written: single-page caching, pre-faulted if `populate`.
+    /// A new file to be written: advised as the medium's `PageCache` says, pre-faulted if
+    /// `populate`.
     Writable { populate: bool },
     /// An existing file opened at restart: default advice, faulted on use.
     Opened,
