@@ -19,14 +19,14 @@ pub const INLINE_KEY_LEN: usize = 22;
 
 /// A key as held by the index: 24 bytes, inline when short.
 ///
-/// Three words. An inline key (up to [`INLINE_KEY_LEN`] bytes, the default 16-byte DAQ key
+/// Three words. An inline key (up to `INLINE_KEY_LEN` bytes, the default 16-byte DAQ key
 /// always) is its bytes zero-padded to 23, then its length, read as three big-endian words:
 /// comparing the words compares the keys in byte order (unused bytes are zero, and the length
 /// breaks a tie between a key and the same key with zeros appended), without a `memcmp` or a
 /// byte swap. The B-tree's comparisons are the index's hottest code: stored as bytes and
 /// swapped at each comparison, a random lookup over 1 M keys in 32 shards took 430-515 ns,
 /// as words 300-380 ns (measured on this machine). A longer key lives on the heap: the first
-/// word holds its pointer, the second its length, the last ends in [`HEAP_TAG`].
+/// word holds its pointer, the second its length, the last ends in `HEAP_TAG`.
 pub struct IndexKey {
     w: [u64; 3],
 }
