@@ -435,6 +435,10 @@ mod tests {
             (1..=30).collect(),
             vec![0; 12],
             vec![0; 16],
+            // Differing from (1..=n) in one byte only: the first, the eighth, the ninth.
+            [vec![9], (2..=12).collect()].concat(),
+            [(1..=7).collect(), vec![0], (9..=16).collect()].concat(),
+            [(1..=8).collect(), vec![0], (10..=12).collect()].concat(),
         ];
         for k in &keys {
             for p in &keys {
