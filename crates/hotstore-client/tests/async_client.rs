@@ -204,11 +204,12 @@ async fn claims_go_back_when_the_client_is_dropped() {
     drop(a);
     let t0 = Instant::now();
     let got = b
-        .event_next(LEASE, Some(Duration::from_secs(5)))
+        .event_next(LEASE, Some(Duration::from_secs(25)))
         .await
         .unwrap()
         .expect("released when a disconnected");
-    assert!(t0.elapsed() < Duration::from_secs(4));
+    // Released by the disconnect, not by the 30 s lease running out.
+    assert!(t0.elapsed() < Duration::from_secs(25));
     assert_eq!(got.event, 1);
     assert!(matches!(
         p.event_ack(&claim.token, Ack::Remove, None).await,

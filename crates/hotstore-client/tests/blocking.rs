@@ -314,10 +314,11 @@ fn block_waits_for_an_event() {
     });
     let t0 = Instant::now();
     let ev = c
-        .event_next(LEASE, Some(Duration::from_secs(10)))
+        .event_next(LEASE, Some(Duration::from_secs(120)))
         .unwrap()
         .expect("woken by the put");
-    assert!(t0.elapsed() < Duration::from_secs(5));
+    // Woken by the put, not by the block timing out (generous for a loaded machine).
+    assert!(t0.elapsed() < Duration::from_secs(60));
     assert_eq!((ev.run, ev.event), (4, 9));
     producer.join().unwrap();
     c.event_ack(&ev.token, Ack::Remove, None).unwrap();

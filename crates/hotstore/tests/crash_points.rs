@@ -301,11 +301,19 @@ fn power_cut_after_every_few_ops_one_writer() {
         });
         assert!(err.is_none(), "workload failed at op {done}: {err:?}");
         assert!(snapshots >= 100);
-        let st = s.stats();
+        // Whether segments rolled is read from the plan, not from the segment counts: those
+        // move with the maintenance thread (files freed, pooled, prepared ahead), so a count
+        // taken at the end failed once under load.
+        let in_segments: usize = ops
+            .iter()
+            .filter(|op| matches!(op.kind, Kind::Put | Kind::Reserve) && op.len < SEGMENT_BYTES)
+            .map(|op| op.len)
+            .sum();
         assert!(
-            st.tiers[0].segments_free + st.segments > 3,
-            "the workload should roll segments"
+            in_segments > 3 * SEGMENT_BYTES,
+            "the workload should roll segments: {in_segments} bytes planned in segments"
         );
+        assert!(s.stats().written_bytes >= in_segments as u64);
         s.close().unwrap();
         check_snapshot(
             &medium.crash(None),
@@ -617,7 +625,7 @@ fn regression_free_header_only_in_page_cache_at_kill() {
         .fail_persist_from
         .store(calls + 2, Ordering::SeqCst);
     assert!(s.remove(b"k", Durability::Persisted).unwrap());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while s.stats().poisoned.is_none() {
         assert!(std::time::Instant::now() < deadline, "A was never recycled");
         std::thread::sleep(std::time::Duration::from_millis(2));
@@ -628,7 +636,7 @@ fn regression_free_header_only_in_page_cache_at_kill() {
     assert_eq!(s2.get(b"k").unwrap(), None);
     // Let the restarted store recycle what it considers dead: C (only tombstones, and A,
     // whose records they shadow, looks free).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while s2.stats().segments > 1 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }

@@ -198,7 +198,8 @@ fn waiting_writer_gets_room_freed_by_another_thread() {
                 let r = writer.join().unwrap();
                 assert!(r.is_ok(), "{what}: waiting writer answered {r:?}");
             });
-            assert!(started.elapsed() < Duration::from_secs(15), "{what}: slow");
+            // A hang guard only: the waiting writer's own 10 s bound is checked by its answer.
+            assert!(started.elapsed() < Duration::from_secs(120), "{what}: hung");
             assert_eq!(s.get(b"waiting writer").unwrap().as_deref(), Some(&big[..]));
         }
     }

@@ -54,7 +54,7 @@ fn roll(store: &Store, tag: u8) {
 }
 
 fn wait_for_segments(store: &Store, n: usize) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if store.stats().segments == n {
             return true;

@@ -60,7 +60,12 @@ fn reopen_from_summaries_equals_reopen_by_scan_and_the_model() {
                 model.insert(k, v);
             }
         }
-        assert!(s.stats().segments > 8, "the writes must span many segments");
+        // Written bytes, not live segments: cleaning may already have folded some segments,
+        // and how many depends on the maintenance thread's timing.
+        assert!(
+            s.stats().written_bytes > 8 << 20,
+            "the writes must span many segments"
+        );
         s.close().unwrap();
     }
     let scanned = base.path().join("scanned");
