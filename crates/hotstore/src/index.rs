@@ -262,6 +262,10 @@ pub struct ShardMap<E = ()> {
     pub keys: BTreeMap<IndexKey, Loc>,
     /// The layer above's state for this shard (for the store: its events and READY queue).
     pub(crate) events: E,
+    /// The newest lsn a record written under this shard's lock took (0 at open: every lsn
+    /// given out after open is newer than the recovered ones). A direct put takes its lsn
+    /// before its write and compares it with this at publish (`Store::publish`).
+    pub(crate) newest_lsn: u64,
 }
 
 impl<E> std::ops::Deref for ShardMap<E> {

@@ -7,13 +7,20 @@
 //!  6     1    version    RECORD_VERSION
 //!  7     1    kind       1 = put, 2 = tombstone, 3 = event removal, 4 = event mark
 //!  8     2    key_len    1..=MAX_KEY_LEN
-//! 10     2    flags      0 (reserved)
+//! 10     2    pad        bytes of zeros after the record (0..4096, a multiple of 8)
 //! 12     4    value_len  0 for tombstones
 //! 16     8    lsn        store-wide sequence number: the newest version of a key wins
 //! 24     key_len   key
 //!  ..    value_len value
 //!  ..    0..7 zero padding to the next multiple of 8
+//!  ..    pad  zeros: a direct record (below) ends on a 4 KiB boundary
 //! ```
+//! A direct record is written whole, header included, by one direct write of the 4 KiB
+//! blocks it touches (`medium::direct`); its `pad` takes the segment's end to the next block
+//! boundary, so the next record never shares a block with it (and never reads that block
+//! back from the device). Readers of the segment step over a record with
+//! [`Header::footprint`]; the index and the live/dead accounting count [`Header::record_len`]
+//! and the pad as dead bytes.
 //! Event records (kinds 3 and 4) carry an event prefix as their key (see `events`): a removal
 //! (value empty) deletes every fragment of the event with a lower lsn, as one record; a mark
 //! (value 1 byte: 1 = sealed, 2 = kept) records the event's lifecycle state.
@@ -99,14 +106,25 @@ pub struct Header {
     pub value_len: usize,
     /// Store-wide sequence number.
     pub lsn: u64,
+    /// Zeros after the record up to the next 4 KiB boundary (direct records; else 0).
+    pub pad: usize,
 }
 
 impl Header {
-    /// Bytes the whole record occupies, padding included.
+    /// Bytes the record occupies, its 8-byte padding included and its `pad` not: what the
+    /// index and the live/dead accounting count.
     pub fn record_len(&self) -> usize {
         record_len(self.key_len, self.value_len)
     }
+
+    /// Bytes from this record to the next one: [`Header::record_len`] and the pad.
+    pub fn footprint(&self) -> usize {
+        self.record_len() + self.pad
+    }
 }
+
+/// Largest `pad` a header may carry (the zeros to the next 4 KiB boundary).
+pub const MAX_PAD: usize = 4096 - RECORD_ALIGN;
 
 /// Bytes a record with these lengths occupies, padding included.
 pub fn record_len(key_len: usize, value_len: usize) -> usize {
@@ -114,14 +132,21 @@ pub fn record_len(key_len: usize, value_len: usize) -> usize {
 }
 
 /// Header bytes 4..24 (everything but the checksum).
-fn header_tail(kind: Kind, key_len: usize, value_len: usize, lsn: u64) -> [u8; HEADER_LEN - 4] {
+fn header_tail(
+    kind: Kind,
+    key_len: usize,
+    value_len: usize,
+    lsn: u64,
+    pad: usize,
+) -> [u8; HEADER_LEN - 4] {
     debug_assert!(key_len <= MAX_KEY_LEN && value_len as u64 <= MAX_VALUE_LEN);
+    debug_assert!(pad <= MAX_PAD && pad.is_multiple_of(RECORD_ALIGN));
     let mut t = [0u8; HEADER_LEN - 4];
     t[0..2].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
     t[2] = RECORD_VERSION;
     t[3] = kind as u8;
     t[4..6].copy_from_slice(&(key_len as u16).to_le_bytes());
-    // t[6..8]: flags, zero.
+    t[6..8].copy_from_slice(&(pad as u16).to_le_bytes());
     t[8..12].copy_from_slice(&(value_len as u32).to_le_bytes());
     t[12..20].copy_from_slice(&lsn.to_le_bytes());
     t
@@ -155,7 +180,20 @@ pub fn encode_header_with(
     lsn: u64,
     body_crc: u32,
 ) -> [u8; HEADER_LEN] {
-    let tail = header_tail(kind, key_len, value_len, lsn);
+    encode_header_padded(segment_id, kind, key_len, value_len, lsn, body_crc, 0)
+}
+
+/// [`encode_header_with`] of a direct record followed by `pad` zeros.
+pub fn encode_header_padded(
+    segment_id: u64,
+    kind: Kind,
+    key_len: usize,
+    value_len: usize,
+    lsn: u64,
+    body_crc: u32,
+    pad: usize,
+) -> [u8; HEADER_LEN] {
+    let tail = header_tail(kind, key_len, value_len, lsn, pad);
     let crc = finish_checksum(body_crc, segment_id, &tail);
     let mut h = [0u8; HEADER_LEN];
     h[0..4].copy_from_slice(&crc.to_le_bytes());
@@ -216,6 +254,10 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, Invalid> {
     };
     let key_len = u16::from_le_bytes([h[8], h[9]]) as usize;
     let value_len = u32::from_le_bytes([h[12], h[13], h[14], h[15]]) as usize;
+    let pad = u16::from_le_bytes([h[10], h[11]]) as usize;
+    if pad > MAX_PAD || !pad.is_multiple_of(RECORD_ALIGN) {
+        return Err(Invalid::BadHeader("pad out of bounds"));
+    }
     if key_len == 0 || key_len > MAX_KEY_LEN {
         return Err(Invalid::BadHeader("key length out of bounds"));
     }
@@ -228,7 +270,10 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, Invalid> {
         key_len,
         value_len,
         lsn,
+        pad,
     };
+    // Only the record is checked, not its pad: readers take exactly `record_len` bytes;
+    // walkers check the footprint against the segment's end.
     if buf.len() < HEADER_LEN + key_len + value_len {
         return Err(Invalid::Truncated);
     }

@@ -259,6 +259,27 @@ impl Segment {
         unsafe { self.region.write_parts_direct(offset, parts) }
     }
 
+    /// True if whole records can be written here as blocks ([`Segment::write_blocks`]).
+    pub fn writes_blocks(&self) -> bool {
+        self.region.writes_blocks()
+    }
+
+    /// Writes `parts` as whole 4 KiB blocks from `offset` (aligned; aligned total), past the
+    /// page cache (`Region::write_blocks`): a direct record, header and pad included.
+    ///
+    /// # Safety
+    /// The caller must own the range from the segment's end on (holding the lane); bytes of
+    /// the first block below the end must be passed unchanged.
+    pub unsafe fn write_blocks(&self, offset: usize, parts: &[&[u8]]) -> crate::Result<()> {
+        // Safety: the caller's contract.
+        unsafe { self.region.write_blocks(offset, parts) }
+    }
+
+    /// Makes bytes `[offset, offset + len)` durable now (an error path's repair).
+    pub fn persist_range(&self, offset: usize, len: usize) -> crate::Result<()> {
+        self.region.persist(offset, len)
+    }
+
     /// Copies `bytes` (a header: small) to `offset` through the mapping.
     ///
     /// # Safety

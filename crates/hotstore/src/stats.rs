@@ -78,6 +78,10 @@ pub struct Stats {
     pub removes: u64,
     /// Writes refused with StoreFull since open.
     pub full_errors: u64,
+    /// Direct puts (large values written whole past the page cache) that found a newer
+    /// record of their shard at publish and wrote their first block again under a new lsn:
+    /// the cost of concurrent writers, one 4 KiB write each.
+    pub direct_rewrites: u64,
     /// Where writers waited since open (a stall is counted, not guessed).
     pub waits: Waits,
     /// Relocation and offload since open.

@@ -81,7 +81,7 @@ pub fn encode_records(segment_id: u64, records: &[u8], start: usize, end: usize)
             off as u32,
             h.lsn,
         );
-        off += h.record_len();
+        off += h.footprint();
     }
     w.finish()
 }

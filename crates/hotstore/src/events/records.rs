@@ -64,7 +64,16 @@ impl Inner {
             // Nothing new, but what the caller was told must hold as asked.
             return self.durable_absence(durability);
         }
-        self.write_header(&mut lane, &seg, off, kind, prefix, value.len(), body_crc)?;
+        self.write_header(
+            &mut lane,
+            &mut shard.newest_lsn,
+            &seg,
+            off,
+            kind,
+            prefix,
+            value.len(),
+            body_crc,
+        )?;
         let rec_len = rec_len as u64;
         lane.bytes += rec_len;
         match what {

@@ -24,8 +24,10 @@ use std::path::Path;
 
 /// Alignment of direct writes: file offsets, lengths and buffer addresses.
 pub const DIRECT_ALIGN: usize = 4096;
-/// A direct write goes in chunks of this size, each copied into its own aligned buffer.
-pub const DIRECT_CHUNK: usize = 256 << 10;
+/// A direct write goes in chunks of up to this size, each copied into its own aligned buffer.
+/// A write of up to DIRECT_DEPTH such chunks is cut into DIRECT_DEPTH equal ones, so a 1 MiB
+/// value with its header and pad (1 MiB + 4 KiB) is four requests, not four and a straggler.
+pub const DIRECT_CHUNK: usize = 320 << 10;
 /// Chunks in flight at once per writing thread (io_uring): the copy of the next chunk overlaps
 /// the device writing the previous ones, and the device sees a queue, not one request at a
 /// time. The thread's buffers: DIRECT_DEPTH x DIRECT_CHUNK = 1 MiB.
@@ -145,7 +147,8 @@ pub fn write(file: &File, path: &Path, at: usize, parts: &[&[u8]]) -> Result<()>
                 std::io::Error::from(std::io::ErrorKind::OutOfMemory),
             ));
         };
-        let mut chunks = Chunks::new(parts);
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut chunks = Chunks::new(parts, chunk_len(total));
         match p.ring.as_mut() {
             Some(ring) => {
                 let r = write_uring(ring, &mut p.bufs, file, path, at, &mut chunks);
@@ -175,24 +178,37 @@ pub fn write(file: &File, path: &Path, at: usize, parts: &[&[u8]]) -> Result<()>
     })
 }
 
-/// The bytes of several parts, handed out a buffer-full at a time.
+/// Bytes per request for a direct write of `total` bytes: DIRECT_DEPTH equal aligned chunks,
+/// at most DIRECT_CHUNK each.
+fn chunk_len(total: usize) -> usize {
+    total
+        .div_ceil(DIRECT_DEPTH)
+        .next_multiple_of(DIRECT_ALIGN)
+        .clamp(DIRECT_ALIGN, DIRECT_CHUNK)
+}
+
+/// The bytes of several parts, handed out a chunk at a time.
 struct Chunks<'a> {
     parts: &'a [&'a [u8]],
     part: usize,
     at: usize,
+    chunk: usize,
 }
 
 impl<'a> Chunks<'a> {
-    fn new(parts: &'a [&'a [u8]]) -> Self {
+    fn new(parts: &'a [&'a [u8]], chunk: usize) -> Self {
         Chunks {
             parts,
             part: 0,
             at: 0,
+            chunk,
         }
     }
 
-    /// Copies the next bytes into `buf` (as many as fit); returns how many (0: done).
+    /// Copies the next chunk into `buf` (at most `chunk` bytes); returns how many (0: done).
     fn fill(&mut self, buf: &mut [u8]) -> usize {
+        let n = self.chunk.min(buf.len());
+        let buf = &mut buf[..n];
         let mut filled = 0;
         while filled < buf.len() && self.part < self.parts.len() {
             let rest = &self.parts[self.part][self.at..];
@@ -349,5 +365,21 @@ mod tests {
         assert_eq!(interior(40, 4096), None);
         assert_eq!(interior(40, 8192 + 100), Some((4096, 8192)));
         assert_eq!(interior(4096, 3 * 4096 - 1), Some((4096, 3 * 4096)));
+    }
+
+    #[test]
+    fn a_write_is_cut_into_depth_equal_aligned_chunks() {
+        assert_eq!(chunk_len((1 << 20) + 4096), 260 << 10);
+        assert_eq!(chunk_len(4096), 4096);
+        assert_eq!(chunk_len(64 << 20), DIRECT_CHUNK);
+        let data = vec![7u8; (1 << 20) + 4096];
+        let parts = [&data[..]];
+        let mut chunks = Chunks::new(&parts, chunk_len(data.len()));
+        let mut buf = vec![0u8; DIRECT_CHUNK];
+        let sizes: Vec<usize> =
+            std::iter::from_fn(|| Some(chunks.fill(&mut buf)).filter(|&n| n > 0)).collect();
+        assert_eq!(sizes.len(), DIRECT_DEPTH);
+        assert!(sizes.iter().all(|n| n % DIRECT_ALIGN == 0));
+        assert_eq!(sizes.iter().sum::<usize>(), data.len());
     }
 }

@@ -137,6 +137,23 @@ impl Region for MemRegion {
         Ok(())
     }
 
+    /// Block writes land like any write (in the live image; a persist makes them durable):
+    /// the crash model of a direct write into a device's volatile cache. Saying yes here runs
+    /// the direct record format through every crash and damage test with large values.
+    fn writes_blocks(&self) -> bool {
+        true
+    }
+
+    unsafe fn write_blocks(&self, offset: usize, parts: &[&[u8]]) -> Result<()> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        assert!(
+            offset.is_multiple_of(4096) && total.is_multiple_of(4096),
+            "unaligned block write"
+        );
+        // Safety: the caller's contract covers the whole range.
+        unsafe { self.write_parts(offset, parts, true) }
+    }
+
     fn persist(&self, offset: usize, len: usize) -> Result<()> {
         assert!(offset + len <= self.len, "persist past the end");
         let n = self.faults.persist_calls.fetch_add(1, Ordering::SeqCst) + 1;

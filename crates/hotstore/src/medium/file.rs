@@ -546,6 +546,29 @@ impl Region for MappedFile {
         Ok(true)
     }
 
+    fn writes_blocks(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    unsafe fn write_blocks(&self, offset: usize, parts: &[&[u8]]) -> Result<()> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        assert!(
+            offset + total <= self.len
+                && offset.is_multiple_of(super::direct::DIRECT_ALIGN)
+                && total.is_multiple_of(super::direct::DIRECT_ALIGN),
+            "unaligned or out-of-bounds block write to {}",
+            self.path.display()
+        );
+        let Some(file) = &self.direct else {
+            return Err(Error::io(
+                "direct write",
+                &self.path,
+                std::io::Error::from(std::io::ErrorKind::Unsupported),
+            ));
+        };
+        super::direct::write(file, &self.path, offset, parts)
+    }
+
     fn unmap_pages(&self, offset: usize, len: usize) {
         if self.domain != Domain::Block {
             return;

@@ -169,6 +169,27 @@ pub trait Region: Send + Sync {
         unsafe { self.write_parts(offset, parts, true)? };
         Ok(false)
     }
+    /// True if [`Region::write_blocks`] writes here: whole 4 KiB blocks straight to the
+    /// device (O_DIRECT on a block tier that takes it). Default: false.
+    fn writes_blocks(&self) -> bool {
+        false
+    }
+    /// Writes the concatenation of `parts` at `offset` as whole blocks, bypassing the page
+    /// cache (the pages it covers are dropped, and refilled from the device when next read):
+    /// `offset` and the total length are multiples of 4 KiB. Only where
+    /// [`Region::writes_blocks`] says so; the default refuses.
+    ///
+    /// # Safety
+    /// As [`Region::write_parts`]; bytes of the first block before the caller's own range
+    /// must be passed as they are (a published record's tail is rewritten unchanged).
+    unsafe fn write_blocks(&self, offset: usize, parts: &[&[u8]]) -> Result<()> {
+        let _ = (offset, parts);
+        Err(crate::error::Error::io(
+            "direct write",
+            self.path(),
+            std::io::Error::from(std::io::ErrorKind::Unsupported),
+        ))
+    }
     /// Drops this process's page-table entries for bytes `[offset, offset + len)` (rounded
     /// in to whole pages), keeping the bytes (dirty ones included) in the file's pages: the
     /// next access faults them back in. The seal of a segment calls it before syncing the

@@ -103,7 +103,15 @@ pub fn scan(
     };
     let mut off = SEGMENT_HEADER_LEN;
     while off + HEADER_LEN <= bytes.len() {
-        match record::decode(segment_id, &bytes[off..]) {
+        let decoded = record::decode(segment_id, &bytes[off..]).and_then(|r| {
+            // A pad running past the file is as torn as a record that does.
+            if off + r.0.footprint() <= bytes.len() {
+                Ok(r)
+            } else {
+                Err(record::Invalid::Truncated)
+            }
+        });
+        match decoded {
             Ok((h, key, _)) => {
                 out.entries.push(Entry {
                     kind: h.kind,
@@ -112,7 +120,7 @@ pub fn scan(
                     offset: off as u32,
                     lsn: h.lsn,
                 });
-                off += h.record_len();
+                off += h.footprint();
                 out.end = off;
             }
             Err(why) => {
@@ -471,11 +479,18 @@ pub fn recover<E: Send + Sync>(
             report.records += entries.len() as u64;
             report.record_bytes += (end - SEGMENT_HEADER_LEN) as u64;
             let mut max_record = 0;
+            let mut in_records = 0;
             for e in &entries {
                 max_lsn = max_lsn.max(e.lsn);
-                max_record = max_record.max(record::record_len(e.key.len(), e.value_len as usize));
+                let rec_len = record::record_len(e.key.len(), e.value_len as usize);
+                max_record = max_record.max(rec_len);
+                in_records += rec_len;
             }
             seg.max_record.store(max_record as u64, Ordering::Relaxed);
+            // The pads of direct records (and ranges salvage skipped) are dead from the start,
+            // as the write path counts them.
+            let gaps = (end - SEGMENT_HEADER_LEN).saturating_sub(in_records);
+            seg.dead_bytes.fetch_add(gaps as u64, Ordering::Relaxed);
             for e in &entries {
                 if e.kind.is_event() {
                     let rec_len = record::record_len(e.key.len(), e.value_len as usize) as u64;

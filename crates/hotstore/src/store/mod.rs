@@ -71,6 +71,8 @@ pub(crate) struct Counters {
     pub(crate) full_waits: WaitCounter,
     /// `Persisted` writes on a block tier waiting for their group commit.
     pub(crate) sync_waits: WaitCounter,
+    /// Direct puts whose first block was written again under a newer lsn (`put_direct`).
+    pub(crate) direct_rewrites: AtomicU64,
 }
 
 /// How often something waited, and for how long in total.
@@ -321,6 +323,7 @@ impl Inner {
             puts: self.lanes.iter().map(|l| l.0.lock().puts).sum(),
             removes: self.lanes.iter().map(|l| l.0.lock().removes).sum(),
             full_errors: self.counters.full_errors.load(Ordering::Relaxed),
+            direct_rewrites: self.counters.direct_rewrites.load(Ordering::Relaxed),
             waits: crate::stats::Waits {
                 segment: self.counters.segment_waits.get(),
                 full: self.counters.full_waits.get(),

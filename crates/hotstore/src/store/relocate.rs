@@ -258,7 +258,7 @@ impl Inner {
             let Ok(h) = record::parse_header(rest) else {
                 break; // a damaged tail found at open: nothing valid follows
             };
-            let len = h.record_len();
+            let len = h.footprint();
             if off + len > end {
                 break;
             }
@@ -315,14 +315,23 @@ impl Inner {
             return Err(e);
         }
         let mut shard = self.index.shard(key).write();
-        let Some(loc) = shard.keys.get_mut(&IndexKey::new(key)) else {
+        let sh = &mut *shard;
+        let Some(loc) = sh.keys.get_mut(&IndexKey::new(key)) else {
             return Ok(()); // removed meanwhile: the copy stays unpublished
         };
         if !(Arc::ptr_eq(&loc.seg, seg) && loc.offset as usize == off) {
             return Ok(()); // overwritten meanwhile
         }
-        let lsn =
-            self.write_header(&mut lane, &dst, doff, Kind::Put, key, h.value_len, body_crc)?;
+        let lsn = self.write_header(
+            &mut lane,
+            &mut sh.newest_lsn,
+            &dst,
+            doff,
+            Kind::Put,
+            key,
+            h.value_len,
+            body_crc,
+        )?;
         dst.live_records.fetch_add(1, Ordering::AcqRel);
         dst.live_bytes.fetch_add(len as u64, Ordering::Relaxed);
         *loc = Loc {
@@ -369,7 +378,8 @@ impl Inner {
         if !live_here(&shard) {
             return Ok(());
         }
-        let Some(mark) = shard
+        let sh = &mut *shard;
+        let Some(mark) = sh
             .events
             .entries
             .get_mut(&probe)
@@ -388,7 +398,16 @@ impl Inner {
             dst.write_at(doff + HEADER_LEN + prefix.len(), &value);
         }
         let body_crc = record::body_checksum(prefix, &value);
-        self.write_header(&mut lane, &dst, doff, Kind::EventMark, prefix, 1, body_crc)?;
+        self.write_header(
+            &mut lane,
+            &mut sh.newest_lsn,
+            &dst,
+            doff,
+            Kind::EventMark,
+            prefix,
+            1,
+            body_crc,
+        )?;
         dst.live_records.fetch_add(1, Ordering::AcqRel);
         dst.live_bytes.fetch_add(rec_len as u64, Ordering::Relaxed);
         let old_len = mark.rec_len;

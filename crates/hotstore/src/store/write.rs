@@ -38,7 +38,13 @@ impl Store {
         all[1..=parts.len()].copy_from_slice(parts);
         let all = &all[..=parts.len()];
         let rec_len = record::record_len(key.len(), value_len);
-        let (mut lane, seg, off) = self.inner.lane_with_room(rec_len, opts.full_wait, false)?;
+        let direct = value_len >= self.inner.direct_min;
+        // A direct record may be followed by up to MAX_PAD zeros (see `put_direct`).
+        let room = rec_len + if direct { record::MAX_PAD } else { 0 };
+        let (mut lane, seg, off) = self.inner.lane_with_room(room, opts.full_wait, false)?;
+        if direct && seg.writes_blocks() {
+            return self.put_direct(lane, seg, off, key, parts, value_len, body_crc, opts);
+        }
         // Safety: [off, off + rec_len) is past `end` of the lane's active segment, which only
         // this lane (locked) writes.
         // A bulk record is written entirely through the medium (pwrite on block tiers): a
@@ -67,10 +73,126 @@ impl Store {
             value_len,
             body_crc,
             &mut shard,
+            None,
         )?;
         drop(shard);
         lane.puts += 1;
         lane.bytes += rec_len as u64;
+        self.inner.durable(lane, &seg, opts.durability)
+    }
+
+    /// A put of a large value written whole, header included, as 4 KiB blocks past the page
+    /// cache (O_DIRECT), so that a `Persisted` put costs the device's write and a cache flush
+    /// and nothing else: no page of it is dirty for the sync to write back.
+    ///
+    /// ```text
+    ///  block:  |a ......... off|header key value .........................|end  pad  |b
+    ///           tail of the     this record                                 zeros to
+    ///           last record                                                 4 KiB
+    /// ```
+    /// The first block's bytes before `off` (the previous record's tail, published and
+    /// unchanging) are written again as they are. The pad takes the segment's end to `b`, so
+    /// the next record starts on a fresh block (writing into this record's last block through
+    /// the mapping would first read it back from the device).
+    ///
+    /// The header is written with the body, so the lsn is taken before the write, not at
+    /// publish under the shard lock. At publish, if a record newer than that lsn was written
+    /// under the key's shard lock meanwhile (another writer, relocation, an event record), the
+    /// record takes a new lsn and its first block is written again before it becomes visible:
+    /// per key the lsn order stays the index order, which recovery relies on.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts of one put, already checked by the caller"
+    )]
+    fn put_direct(
+        &self,
+        mut lane: MutexGuard<'_, Lane>,
+        seg: Arc<Segment>,
+        off: usize,
+        key: &[u8],
+        parts: &[&[u8]],
+        value_len: usize,
+        body_crc: u32,
+        opts: WriteOptions,
+    ) -> Result<()> {
+        const ALIGN: usize = crate::medium::direct::DIRECT_ALIGN;
+        static ZEROS: [u8; ALIGN] = [0; ALIGN];
+        let rec_len = record::record_len(key.len(), value_len);
+        let a = off / ALIGN * ALIGN;
+        let pad = (off + rec_len).next_multiple_of(ALIGN) - (off + rec_len);
+        let zeros = rec_len - (HEADER_LEN + key.len() + value_len) + pad;
+        // Safety: [a, off) is below the segment's end (published records, or the segment
+        // header): nothing writes it again, and the segment lives while we hold `seg`.
+        let prefix = unsafe { seg.bytes(a, off - a) };
+        // Writes the record's blocks with `lsn` in its header (all of them, or only the
+        // first); `None` writes the first block with the header zeroed (an abandoned record).
+        let write = |lsn: Option<u64>, first_only: bool| -> Result<()> {
+            let header = match lsn {
+                Some(lsn) => record::encode_header_padded(
+                    seg.id,
+                    Kind::Put,
+                    key.len(),
+                    value_len,
+                    lsn,
+                    body_crc,
+                    pad,
+                ),
+                None => [0; HEADER_LEN],
+            };
+            let mut all: [&[u8]; MAX_VALUE_PARTS + 4] = [&[]; MAX_VALUE_PARTS + 4];
+            all[0] = prefix;
+            all[1] = &header;
+            all[2] = key;
+            all[3..3 + parts.len()].copy_from_slice(parts);
+            all[3 + parts.len()] = &ZEROS[..zeros];
+            let all = &all[..4 + parts.len()];
+            let result = if first_only {
+                let mut first: [&[u8]; MAX_VALUE_PARTS + 4] = [&[]; MAX_VALUE_PARTS + 4];
+                let n = first_bytes(all, ALIGN, &mut first);
+                // Safety: our unpublished record's first block, `prefix` unchanged.
+                unsafe { seg.write_blocks(a, &first[..n]) }
+            } else {
+                // Safety: from the block holding our record's start (its bytes before `off`
+                // passed unchanged) to the end of its pad, past the segment's end.
+                unsafe { seg.write_blocks(a, all) }
+            };
+            if let Err(e) = &result {
+                // What the device holds after a failed direct write is unknown.
+                self.inner.poison(e);
+            }
+            result
+        };
+        let lsn = self.inner.next_lsn.fetch_add(1, Ordering::Relaxed);
+        write(Some(lsn), false)?;
+        let mut shard = self.inner.index.shard(key).write();
+        let published = self.inner.publish(
+            &mut lane,
+            &seg,
+            off,
+            Kind::Put,
+            key,
+            value_len,
+            body_crc,
+            &mut shard,
+            Some(DirectPut {
+                lsn,
+                pad,
+                rewrite: &|lsn| write(Some(lsn), true),
+            }),
+        );
+        drop(shard);
+        if let Err(e) = published {
+            // Refused (an event policy) or failed: the record's valid header must not
+            // survive to be found by recovery. Zero it, durably.
+            if write(None, true).is_ok() {
+                if let Err(p) = seg.persist_range(a, ALIGN) {
+                    self.inner.poison(&p);
+                }
+            }
+            return Err(e);
+        }
+        lane.puts += 1;
+        lane.bytes += (rec_len + pad) as u64;
         self.inner.durable(lane, &seg, opts.durability)
     }
 
@@ -109,6 +231,7 @@ impl Store {
             0,
             body_crc,
             &mut shard,
+            None,
         )?;
         drop(shard);
         lane.removes += 1;
@@ -222,6 +345,7 @@ impl Reservation<'_> {
             self.value_len,
             body_crc,
             &mut shard,
+            None,
         )?;
         drop(shard);
         self.lane.puts += 1;
@@ -249,6 +373,7 @@ impl Inner {
         value_len: usize,
         body_crc: u32,
         shard: &mut ShardMap,
+        direct: Option<DirectPut<'_>>,
     ) -> Result<()> {
         // Event work only where the store tracks events (checked under the shard lock, which
         // the tracking build also takes: see `Events::track`).
@@ -257,7 +382,19 @@ impl Inner {
         if let (Some(probe), Kind::Put) = (&probe, kind) {
             self.events.admit(&shard.events, key, probe)?;
         }
-        let lsn = self.write_header(lane, seg, off, kind, key, value_len, body_crc)?;
+        let lsn = match direct {
+            None => self.write_header(
+                lane,
+                &mut shard.newest_lsn,
+                seg,
+                off,
+                kind,
+                key,
+                value_len,
+                body_crc,
+            )?,
+            Some(d) => self.place_direct(&mut shard.newest_lsn, seg, off, key, value_len, d)?,
+        };
         let len = record::record_len(key.len(), value_len) as u64;
         let old = match kind {
             Kind::Put => {
@@ -326,6 +463,7 @@ impl Inner {
     pub(crate) fn write_header(
         &self,
         _lane: &mut Lane,
+        newest_lsn: &mut u64,
         seg: &Arc<Segment>,
         off: usize,
         kind: Kind,
@@ -338,6 +476,7 @@ impl Inner {
             seg.only_puts.store(false, Ordering::Release);
         }
         let lsn = self.next_lsn.fetch_add(1, Ordering::Relaxed);
+        *newest_lsn = (*newest_lsn).max(lsn);
         let header = record::encode_header_with(seg.id, kind, key.len(), value_len, lsn, body_crc);
         let rec_len = record::record_len(key.len(), value_len);
         if is_bulk(value_len) {
@@ -360,6 +499,40 @@ impl Inner {
         Ok(lsn)
     }
 
+    /// Publishes the end of a direct record already on the device (`Store::put_direct`):
+    /// keeps its lsn if nothing newer was written under the shard lock since it was taken,
+    /// else takes a new one and rewrites the record's first block. Called under the shard
+    /// lock, like `write_header`.
+    fn place_direct(
+        &self,
+        newest_lsn: &mut u64,
+        seg: &Arc<Segment>,
+        off: usize,
+        key: &[u8],
+        value_len: usize,
+        d: DirectPut<'_>,
+    ) -> Result<u64> {
+        let lsn = if *newest_lsn < d.lsn {
+            d.lsn
+        } else {
+            let lsn = self.next_lsn.fetch_add(1, Ordering::Relaxed);
+            (d.rewrite)(lsn)?;
+            self.counters
+                .direct_rewrites
+                .fetch_add(1, Ordering::Relaxed);
+            lsn
+        };
+        *newest_lsn = (*newest_lsn).max(lsn);
+        let rec_len = record::record_len(key.len(), value_len);
+        if rec_len as u64 > seg.max_record.load(Ordering::Relaxed) {
+            seg.max_record.store(rec_len as u64, Ordering::Relaxed);
+        }
+        // The pad is dead from the start (recovery counts it so too).
+        seg.dead_bytes.fetch_add(d.pad as u64, Ordering::Relaxed);
+        seg.end.store(off + rec_len + d.pad, Ordering::Release);
+        Ok(lsn)
+    }
+
     /// A live record of `rec_len` bytes in `seg` became dead.
     pub(crate) fn retire(&self, seg: &Arc<Segment>, rec_len: u64) {
         seg.live_bytes.fetch_sub(rec_len, Ordering::Relaxed);
@@ -368,4 +541,30 @@ impl Inner {
             self.maybe_reclaim(seg);
         }
     }
+}
+
+/// A direct record on its way to publish (`Store::put_direct`): the lsn in its header, its
+/// pad, and how to write its first block again under a new lsn.
+pub(crate) struct DirectPut<'a> {
+    lsn: u64,
+    pad: usize,
+    rewrite: &'a dyn Fn(u64) -> Result<()>,
+}
+
+/// The pieces of `parts` (one concatenated range) covering its first `n` bytes, into `out`;
+/// returns how many.
+fn first_bytes<'a>(parts: &[&'a [u8]], n: usize, out: &mut [&'a [u8]]) -> usize {
+    let (mut count, mut left) = (0, n);
+    for p in parts {
+        if left == 0 {
+            break;
+        }
+        let take = p.len().min(left);
+        if take > 0 {
+            out[count] = &p[..take];
+            count += 1;
+            left -= take;
+        }
+    }
+    count
 }
