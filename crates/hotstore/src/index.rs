@@ -262,10 +262,54 @@ pub struct ShardMap<E = ()> {
     pub keys: BTreeMap<IndexKey, Loc>,
     /// The layer above's state for this shard (for the store: its events and READY queue).
     pub(crate) events: E,
-    /// The newest lsn a record written under this shard's lock took (0 at open: every lsn
-    /// given out after open is newer than the recovered ones). A direct put takes its lsn
-    /// before its write and compares it with this at publish (`Store::publish`).
-    pub(crate) newest_lsn: u64,
+    /// The newest lsn records written under this shard's lock took, by key (see
+    /// [`NewestLsn`]).
+    pub(crate) newest_lsn: NewestLsn,
+}
+
+/// Slots of [`NewestLsn`] per shard.
+const NEWEST_SLOTS: usize = 256;
+
+/// The newest lsn taken by a record of each key of a shard, kept per slot of a hash of the key
+/// (so two keys may share a slot: an over-estimate, never an under-estimate). 0 at open: every
+/// lsn given out after open is newer than the recovered ones. A direct put takes its lsn before
+/// its write and, at publish, asks whether a newer record of its key (or of its event) was
+/// written meanwhile (`Store::place_direct`). Per key rather than per shard because the
+/// fragments of one event share a shard: ten links writing one slice each were overtaken
+/// by each other at nearly every put.
+pub(crate) struct NewestLsn(Box<[u64; NEWEST_SLOTS]>);
+
+impl Default for NewestLsn {
+    fn default() -> Self {
+        NewestLsn(Box::new([0; NEWEST_SLOTS]))
+    }
+}
+
+impl NewestLsn {
+    fn slot(key: &[u8]) -> usize {
+        // FxHash-style over 8-byte words: a few nanoseconds, only needs to spread keys.
+        let mut h: u64 = key.len() as u64;
+        let mut words = key.chunks_exact(8);
+        for w in &mut words {
+            let w = u64::from_le_bytes(w.try_into().expect("an 8-byte chunk"));
+            h = (h.rotate_left(5) ^ w).wrapping_mul(0x51_7cc1_b727_220a_95);
+        }
+        for &b in words.remainder() {
+            h = (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7cc1_b727_220a_95);
+        }
+        (h >> 56) as usize % NEWEST_SLOTS
+    }
+
+    /// A record of `key` (a key, or an event prefix for event records) took `lsn`.
+    pub(crate) fn note(&mut self, key: &[u8], lsn: u64) {
+        let s = &mut self.0[Self::slot(key)];
+        *s = (*s).max(lsn);
+    }
+
+    /// An upper bound of the newest lsn a record of `key` took.
+    pub(crate) fn newest(&self, key: &[u8]) -> u64 {
+        self.0[Self::slot(key)]
+    }
 }
 
 impl<E> std::ops::Deref for ShardMap<E> {

@@ -701,3 +701,36 @@ fn a_direct_put_overtaken_by_a_newer_record_of_its_key_wins_after_a_power_cut() 
     );
     s.close().unwrap();
 }
+
+/// A direct record is on the medium, header and all, before its publish: if the publish is
+/// refused (a late fragment of an acknowledged event), its header is zeroed and persisted, so
+/// a power cut does not bring the refused put back.
+#[test]
+fn a_refused_direct_put_is_not_found_after_a_power_cut() {
+    let medium = FaultMedium::new("refused");
+    let s = open(&medium, RecoveryMode::Strict, 1).unwrap();
+    s.set_event_policy(hotstore::EventPolicy::expecting(1))
+        .unwrap();
+    let first = FragmentKey::new(1, 7, 0, 0).to_bytes();
+    s.put(&first, b"small", Durability::Persisted).unwrap();
+    let claim = s
+        .next_event("c", std::time::Duration::from_secs(600))
+        .unwrap()
+        .expect("the event is ready");
+    claim
+        .ack_with(hotstore::Ack::Remove, Durability::Persisted)
+        .unwrap();
+    let late = FragmentKey::new(1, 7, 1, 0).to_bytes();
+    let r = s.put(&late, &vec![9u8; 4 * DIRECT_MIN], Durability::Persisted);
+    assert!(matches!(r, Err(Error::LateFragment { .. })), "{r:?}");
+    // Nothing written after it (a later record would overwrite its header anyway).
+    for snap in [medium.process_crash(), medium.crash(None)] {
+        let s2 = open(&snap, RecoveryMode::Strict, 1).unwrap();
+        assert!(
+            s2.get(&late).unwrap().is_none(),
+            "the refused put came back"
+        );
+        s2.close().unwrap();
+    }
+    s.close().unwrap();
+}

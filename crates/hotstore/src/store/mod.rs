@@ -25,7 +25,7 @@ use crate::events::acked::AckedSet;
 use crate::events::policy::Policies;
 use crate::events::Events;
 use crate::events::{EventIndex as Index, EventShardMap as ShardMap};
-use crate::index::{IndexKey, Loc};
+use crate::index::{IndexKey, Loc, NewestLsn};
 use crate::key::{check_key, KeyLayout};
 use crate::maintenance::{self, Job};
 use crate::medium::{Domain, FileMedium, Medium};

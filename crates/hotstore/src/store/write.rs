@@ -463,7 +463,7 @@ impl Inner {
     pub(crate) fn write_header(
         &self,
         _lane: &mut Lane,
-        newest_lsn: &mut u64,
+        newest_lsn: &mut NewestLsn,
         seg: &Arc<Segment>,
         off: usize,
         kind: Kind,
@@ -476,7 +476,7 @@ impl Inner {
             seg.only_puts.store(false, Ordering::Release);
         }
         let lsn = self.next_lsn.fetch_add(1, Ordering::Relaxed);
-        *newest_lsn = (*newest_lsn).max(lsn);
+        newest_lsn.note(key, lsn);
         let header = record::encode_header_with(seg.id, kind, key.len(), value_len, lsn, body_crc);
         let rec_len = record::record_len(key.len(), value_len);
         if is_bulk(value_len) {
@@ -505,14 +505,20 @@ impl Inner {
     /// lock, like `write_header`.
     fn place_direct(
         &self,
-        newest_lsn: &mut u64,
+        newest_lsn: &mut NewestLsn,
         seg: &Arc<Segment>,
         off: usize,
         key: &[u8],
         value_len: usize,
         d: DirectPut<'_>,
     ) -> Result<u64> {
-        let lsn = if *newest_lsn < d.lsn {
+        // Newer records that matter: of this key, and of its event (a removal or mark of
+        // the event orders against its fragments by lsn).
+        let mut newer = newest_lsn.newest(key);
+        if self.events.is_fragment(key) {
+            newer = newer.max(newest_lsn.newest(&key[..self.events.prefix_len]));
+        }
+        let lsn = if newer < d.lsn {
             d.lsn
         } else {
             let lsn = self.next_lsn.fetch_add(1, Ordering::Relaxed);
@@ -522,7 +528,7 @@ impl Inner {
                 .fetch_add(1, Ordering::Relaxed);
             lsn
         };
-        *newest_lsn = (*newest_lsn).max(lsn);
+        newest_lsn.note(key, lsn);
         let rec_len = record::record_len(key.len(), value_len);
         if rec_len as u64 > seg.max_record.load(Ordering::Relaxed) {
             seg.max_record.store(rec_len as u64, Ordering::Relaxed);
