@@ -292,10 +292,10 @@ impl NewestLsn {
         let mut words = key.chunks_exact(8);
         for w in &mut words {
             let w = u64::from_le_bytes(w.try_into().expect("an 8-byte chunk"));
-            h = (h.rotate_left(5) ^ w).wrapping_mul(0x51_7cc1_b727_220a_95);
+            h = (h.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95);
         }
         for &b in words.remainder() {
-            h = (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7cc1_b727_220a_95);
+            h = (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x517c_c1b7_2722_0a95);
         }
         (h >> 56) as usize % NEWEST_SLOTS
     }
