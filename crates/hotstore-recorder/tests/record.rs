@@ -94,13 +94,17 @@ fn a_trigger_during_a_recording_extends_it_and_a_later_one_queues() {
     let h = rec.handle();
     let trig = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(400));
-        let a = h.trigger().unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        // Explicit timestamps, given at once: whether a trigger extends a window depends on
+        // them, not on when this thread runs (with `trigger()` and sleeps between the calls,
+        // a loaded machine delayed the second past the first window's end).
+        let t = hotstore_recorder::recorder::now_ns();
+        let ms = 1_000_000;
+        let a = h.trigger_at(t).unwrap();
         // Within the first window (ends 400 ms after the first): extends it.
-        let b = h.trigger().unwrap();
-        std::thread::sleep(Duration::from_millis(1200));
-        // Long after: a new recording.
-        let c = h.trigger().unwrap();
+        let b = h.trigger_at(t + 300 * ms).unwrap();
+        // Past the extended window (its pre-trigger time starts after it ends): a new
+        // recording.
+        let c = h.trigger_at(t + 1500 * ms).unwrap();
         (a, b, c)
     });
     let _ = generate(&rec, 2, 1024, 2e6, 2.6);
