@@ -218,13 +218,17 @@ impl Store {
                 self.inner.send(Job::Seal(seg));
             }
         }
-        for seg in self.inner.relocator.take_active() {
-            seg.sealed.store(true, Ordering::Release);
-            self.inner.send(Job::Seal(seg));
-        }
         self.inner.send(Job::Stop);
         if handle.join().is_err() {
             first_err = Some(Error::Poisoned("maintenance thread panicked".into()));
+        }
+        // Relocation's open segments only once the maintenance thread (which relocates) has
+        // stopped. Fix (found by tests/reopen.rs under load): taken before, a relocation
+        // still running took a new segment after them, which nobody sealed, so it had no
+        // summary and the next open scanned it.
+        for seg in self.inner.relocator.take_active() {
+            seg.sealed.store(true, Ordering::Release);
+            upkeep::seal_now(&self.inner, &seg);
         }
         if let Err(e) = self.inner.persist_all() {
             first_err.get_or_insert(e);
