@@ -246,11 +246,24 @@ pub struct Loc {
     pub offset: u32,
     /// Value length (`TOMBSTONE_LEN` for a tombstone during recovery).
     pub value_len: u32,
-    /// Sequence number of the record: the newest wins.
-    pub lsn: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<Loc>() == 24);
+// 16 bytes: the record's lsn is in its header, not here (only recovery reads it, from the
+// header). Keeping it cost 8 bytes of every index entry, about 15% of the index's DRAM.
+const _: () = assert!(std::mem::size_of::<Loc>() == 16);
+
+impl Loc {
+    /// The lsn in the record's header (recovery; a read of the record's first bytes).
+    pub(crate) fn lsn(&self) -> u64 {
+        // Safety: the record is published (it is in the index) and the caller holds the shard
+        // lock that keeps its segment from being recycled.
+        let header = unsafe {
+            self.seg
+                .bytes(self.offset as usize, crate::record::HEADER_LEN)
+        };
+        crate::record::parse_header(header).map_or(0, |h| h.lsn)
+    }
+}
 
 /// One shard's contents: the keys, and `E`, the state the layer above keeps per shard (the
 /// store's event table: `events::ShardEvents`). Both live under one lock so that, for the

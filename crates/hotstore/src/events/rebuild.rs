@@ -42,7 +42,7 @@ pub(crate) fn rebuild(events: &Events, index: &Index, records: &[EventRecord]) {
             .range(IndexKey::new(&r.prefix)..)
             .take_while(|(k, _)| k.as_bytes().starts_with(&r.prefix))
             .filter(|(k, loc)| {
-                k.as_bytes().len() == flen && loc.lsn < r.lsn && loc.value_len != TOMBSTONE_LEN
+                k.as_bytes().len() == flen && loc.value_len != TOMBSTONE_LEN && loc.lsn() < r.lsn
             })
             .map(|(k, _)| k.clone())
             .collect();

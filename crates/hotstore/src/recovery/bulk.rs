@@ -153,7 +153,6 @@ fn finish_shard(
                     seg: segments[newest.seg as usize].clone(),
                     offset: newest.offset,
                     value_len: newest.value_len,
-                    lsn: newest.lsn,
                 },
             ));
         }

@@ -322,7 +322,7 @@ impl Inner {
         if !(Arc::ptr_eq(&loc.seg, seg) && loc.offset as usize == off) {
             return Ok(()); // overwritten meanwhile
         }
-        let lsn = self.write_header(
+        self.write_header(
             &mut lane,
             &mut sh.newest_lsn,
             &dst,
@@ -338,7 +338,6 @@ impl Inner {
             seg: dst.clone(),
             offset: doff as u32,
             value_len: h.value_len as u32,
-            lsn,
         };
         drop(shard);
         dst.pin_on(seg);

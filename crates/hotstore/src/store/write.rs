@@ -382,7 +382,7 @@ impl Inner {
         if let (Some(probe), Kind::Put) = (&probe, kind) {
             self.events.admit(&shard.events, key, probe)?;
         }
-        let lsn = match direct {
+        match direct {
             None => self.write_header(
                 lane,
                 &mut shard.newest_lsn,
@@ -406,7 +406,6 @@ impl Inner {
                         seg: seg.clone(),
                         offset: off as u32,
                         value_len: value_len as u32,
-                        lsn,
                     },
                 );
                 if let Some(probe) = probe {
