@@ -532,7 +532,7 @@ impl Region for MappedFile {
         );
         let mut buf = [&[][..]; 8];
         for (from, to, direct) in [(offset, a, false), (a, b, true), (b, offset + total, false)] {
-            let n = sub_parts(parts, from - offset, to - offset, &mut buf);
+            let n = super::sub_parts(parts, from - offset, to - offset, &mut buf);
             if n == 0 {
                 continue;
             }
@@ -612,23 +612,6 @@ impl Region for MappedFile {
             }
         }
     }
-}
-
-/// The pieces of `parts` (taken as one concatenated range) covering `[from, to)`, into `out`;
-/// returns how many. At most `out.len()` pieces (parts beyond are a caller error: asserted).
-fn sub_parts<'a>(parts: &[&'a [u8]], from: usize, to: usize, out: &mut [&'a [u8]; 8]) -> usize {
-    let (mut n, mut at) = (0, 0);
-    for p in parts {
-        let (start, end) = (at, at + p.len());
-        at = end;
-        let (lo, hi) = (from.max(start), to.min(end));
-        if lo < hi {
-            assert!(n < out.len(), "more than {} parts", out.len());
-            out[n] = &p[lo - start..hi - start];
-            n += 1;
-        }
-    }
-    n
 }
 
 /// What the file system under `dir` suggests as its persistence domain, and why.

@@ -225,3 +225,25 @@ pub fn free_space_bytes(dir: &Path) -> Option<u64> {
     let free = (st.f_bavail as u64).saturating_mul(st.f_frsize as u64);
     Some(free)
 }
+
+/// The pieces of `parts` (taken as one concatenated range) covering `[from, to)`, into `out`;
+/// returns how many. At most `out.len()` pieces (parts beyond are a caller error: asserted).
+pub(crate) fn sub_parts<'a>(
+    parts: &[&'a [u8]],
+    from: usize,
+    to: usize,
+    out: &mut [&'a [u8]],
+) -> usize {
+    let (mut n, mut at) = (0, 0);
+    for p in parts {
+        let (start, end) = (at, at + p.len());
+        at = end;
+        let (lo, hi) = (from.max(start), to.min(end));
+        if lo < hi {
+            assert!(n < out.len(), "more than {} parts", out.len());
+            out[n] = &p[lo - start..hi - start];
+            n += 1;
+        }
+    }
+    n
+}

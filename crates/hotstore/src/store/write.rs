@@ -148,7 +148,7 @@ impl Store {
             let all = &all[..4 + parts.len()];
             let result = if first_only {
                 let mut first: [&[u8]; MAX_VALUE_PARTS + 4] = [&[]; MAX_VALUE_PARTS + 4];
-                let n = first_bytes(all, ALIGN, &mut first);
+                let n = crate::medium::sub_parts(all, 0, ALIGN, &mut first);
                 // Safety: our unpublished record's first block, `prefix` unchanged.
                 unsafe { seg.write_blocks(a, &first[..n]) }
             } else {
@@ -554,22 +554,4 @@ pub(crate) struct DirectPut<'a> {
     lsn: u64,
     pad: usize,
     rewrite: &'a dyn Fn(u64) -> Result<()>,
-}
-
-/// The pieces of `parts` (one concatenated range) covering its first `n` bytes, into `out`;
-/// returns how many.
-fn first_bytes<'a>(parts: &[&'a [u8]], n: usize, out: &mut [&'a [u8]]) -> usize {
-    let (mut count, mut left) = (0, n);
-    for p in parts {
-        if left == 0 {
-            break;
-        }
-        let take = p.len().min(left);
-        if take > 0 {
-            out[count] = &p[..take];
-            count += 1;
-            left -= take;
-        }
-    }
-    count
 }
