@@ -29,7 +29,7 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 /// Documented bound (docs/design.md §8): bytes of DRAM per index entry for 16-byte keys.
-const MAX_BYTES_PER_ENTRY: f64 = 90.0;
+const MAX_BYTES_PER_ENTRY: f64 = 64.0;
 
 fn bytes_per_entry(order: impl Iterator<Item = u64>, n: usize) -> f64 {
     let medium = FaultMedium::new("index-memory");

@@ -337,7 +337,7 @@ pub(crate) struct ShardEvents {
 }
 
 /// One shard's keys (what the implicit events are counted from).
-pub(crate) type Keys = BTreeMap<IndexKey, Loc>;
+pub(crate) type Keys = crate::index::BTree<IndexKey, Loc>;
 
 /// The fragments of event `prefix` in a shard's keys, and their value bytes.
 fn fragment_counts(keys: &Keys, prefix: &[u8], fragment_len: usize) -> (u32, u64) {
@@ -359,9 +359,9 @@ fn fragment_counts(keys: &Keys, prefix: &[u8], fragment_len: usize) -> (u32, u64
 /// case first: `key` is the shard's largest key (event ids grow), so the key before it, found
 /// by stepping back from the end without a comparison, tells.
 fn has_other_fragment(keys: &Keys, prefix: &[u8], key: &[u8], fragment_len: usize) -> bool {
-    let mut back = keys.iter().rev();
-    if back.next().is_some_and(|(k, _)| k.as_bytes() == key) {
-        match back.next() {
+    let (last, before) = keys.last_two();
+    if last.is_some_and(|(k, _)| k.as_bytes() == key) {
+        match before {
             None => return false,
             Some((k, _)) if !k.as_bytes().starts_with(prefix) => return false,
             Some((k, _)) if k.as_bytes().len() == fragment_len => return true,

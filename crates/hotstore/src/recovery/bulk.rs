@@ -13,11 +13,11 @@
 //!
 //! The result equals the one-insert-per-record rebuild (tests/reopen.rs compares them).
 
-use crate::index::{Index, IndexKey, Loc, SHARDS};
+use crate::index::{BTree, Index, IndexKey, Loc, SHARDS};
 use crate::record::{self, Kind};
 use crate::segment::Segment;
 use crate::summary::Entry;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -118,9 +118,10 @@ fn finish_shard(
     segments: &[Arc<Segment>],
     counts: &mut [SegCounts],
     pins: &mut HashSet<(u32, u32)>,
-) -> BTreeMap<IndexKey, Loc> {
+) -> BTree<IndexKey, Loc> {
     recs.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(a.lsn.cmp(&b.lsn)));
-    let mut winners: Vec<(IndexKey, Loc)> = Vec::with_capacity(recs.len());
+    // Sorted and unique: each winner is an append, which fills the leaves.
+    let mut winners = BTree::new();
     let mut i = 0;
     while i < recs.len() {
         let mut j = i + 1;
@@ -147,19 +148,18 @@ fn finish_shard(
         }
         let newest = &recs[j - 1];
         if newest.put {
-            winners.push((
+            winners.insert(
                 newest.key.clone(),
                 Loc {
                     seg: segments[newest.seg as usize].clone(),
                     offset: newest.offset,
                     value_len: newest.value_len,
                 },
-            ));
+            );
         }
         i = j;
     }
-    // Sorted and unique: the bulk build appends, filling nodes.
-    winners.into_iter().collect()
+    winners
 }
 
 fn rec_len(r: &Rec) -> u64 {

@@ -1,15 +1,18 @@
 //! The DRAM index: key → location of the newest record, ordered, concurrent.
 //!
-//! Sharded ordered maps (`BTreeMap` under a reader-writer lock per shard). A fragment key is
+//! Sharded ordered maps ([`BTree`], a B+ tree packed for keys arriving in order, under a
+//! reader-writer lock per shard). A fragment key is
 //! sharded by its event prefix, so all fragments of one event live in one shard; other keys by
 //! the whole key. Writers on different shards never meet; ordered range queries merge the
 //! shards. Keys up to [`INLINE_KEY_LEN`] bytes are stored inline (no allocation): the default
 //! 16-byte DAQ key always is. Cost per entry is measured by `tests/index_memory.rs` and
 //! documented in docs/design.md.
 
+mod btree;
+
 use crate::segment::Segment;
+pub use btree::BTree;
 use parking_lot::RwLock;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Number of shards (a power of two).
@@ -272,7 +275,7 @@ impl Loc {
 #[derive(Default)]
 pub struct ShardMap<E = ()> {
     /// Key → newest record.
-    pub keys: BTreeMap<IndexKey, Loc>,
+    pub keys: BTree<IndexKey, Loc>,
     /// The layer above's state for this shard (for the store: its events and READY queue).
     pub(crate) events: E,
     /// The newest lsn records written under this shard's lock took, by key (see
@@ -326,7 +329,7 @@ impl NewestLsn {
 }
 
 impl<E> std::ops::Deref for ShardMap<E> {
-    type Target = BTreeMap<IndexKey, Loc>;
+    type Target = BTree<IndexKey, Loc>;
     fn deref(&self) -> &Self::Target {
         &self.keys
     }
