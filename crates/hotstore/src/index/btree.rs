@@ -147,6 +147,7 @@ impl<K: Ord + Clone, V> BTree<K, V> {
     /// The value of `key`.
     pub fn get(&self, key: &K) -> Option<&V> {
         let leaf = self.leaf_for(key);
+        prefetch(&leaf.keys);
         leaf.keys.binary_search(key).ok().map(|i| &leaf.vals[i])
     }
 
@@ -330,6 +331,23 @@ impl<K: Ord + Clone, V> BTree<K, V> {
     /// All entries in key order.
     pub fn iter(&self) -> Range<'_, K, V> {
         self.range(..)
+    }
+}
+
+/// Asks the CPU to load every cache line of `items` at once: a binary search over a cold leaf
+/// otherwise waits for its probes' misses one after the other.
+#[inline]
+fn prefetch<T>(items: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let start = items.as_ptr() as *const i8;
+        let bytes = std::mem::size_of_val(items);
+        for off in (0..bytes).step_by(64) {
+            // Safety: SSE is part of x86_64; a prefetch is a hint that never faults, whatever
+            // the address, and reads nothing into the program.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(off)) };
+        }
     }
 }
 

@@ -203,6 +203,7 @@ impl PartialEq for IndexKey {
 }
 impl Eq for IndexKey {}
 impl PartialOrd for IndexKey {
+    #[inline]
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
