@@ -588,6 +588,17 @@ fn check_expected(addr: &str, detectors: u16, expected: Option<i64>) -> Result<i
     }
 }
 
+/// Starts a thread named `name` (profiles and `top -H` tell readout from collection).
+fn named_thread(
+    name: String,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(f)
+        .map_err(|e| Error::Msg(format!("cannot start thread {name}: {e}")))
+}
+
 fn run_once(cfg: &Config, limit: &limits::Limit) -> Result<(Report, Vec<Sample>)> {
     let (_tmp, target, store_desc, survives, run) = open_target(cfg)?;
     let ack_log = match &cfg.ack_log {
@@ -635,18 +646,18 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> Result<(Report, Vec<Sample>)
             let sh = sh.clone();
             let (size, distro, seed, n) =
                 (cfg.fragment_size, cfg.distro, cfg.seed, cfg.readout_threads);
-            std::thread::spawn(move || match &sh.target {
+            named_thread(format!("readout-{i}"), move || match &sh.target {
                 Target::Local(store) => workload::readout(&sh, store, i, n, size, distro, seed),
                 Target::Remote(t) => remote::readout(&sh, t, i, n, size, distro, seed),
             })
         })
-        .collect();
-    let spawn_collectors = |sh: &Arc<Shared>| -> Vec<std::thread::JoinHandle<()>> {
+        .collect::<Result<_>>()?;
+    let spawn_collectors = |sh: &Arc<Shared>| -> Result<Vec<std::thread::JoinHandle<()>>> {
         (0..cfg.collector_threads)
             .map(|i| {
                 let sh = sh.clone();
                 let seed = cfg.seed;
-                std::thread::spawn(move || match &sh.target {
+                named_thread(format!("collector-{i}"), move || match &sh.target {
                     Target::Local(store) => workload::collect(&sh, store, i, seed),
                     Target::Remote(t) => remote::collect(&sh, t, i, seed),
                 })
@@ -657,7 +668,7 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> Result<(Report, Vec<Sample>)
     let mut fill_end = None;
     let mut collectors = Vec::new();
     if cfg.mode == Mode::Parallel {
-        collectors = spawn_collectors(&sh);
+        collectors = spawn_collectors(&sh)?;
     }
     let mut last_progress = Instant::now();
     loop {
@@ -678,7 +689,7 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> Result<(Report, Vec<Sample>)
         if readout_done && fill_end.is_none() {
             fill_end = Some(t0.elapsed().as_secs_f64());
             if cfg.mode == Mode::FillDrain {
-                collectors = spawn_collectors(&sh);
+                collectors = spawn_collectors(&sh)?;
             }
         }
         if progress && now - last_progress >= Duration::from_millis(500) {
