@@ -294,14 +294,14 @@ impl Inner {
         for (no, shard) in self.index.shards().iter().enumerate() {
             let mut shard = shard.write();
             let super::ShardEvents { entries, ready, .. } = &mut shard.events;
-            for (k, e) in entries.iter_mut() {
+            entries.for_each_mut(|k, e| {
                 if matches!(e.state, super::State::Open) {
                     let expected = self.events.policy_for(&k.as_bytes()).expected_fragments;
                     if expected > 0 && e.fragments >= expected {
                         self.events.make_ready(ready, no, e, &k.as_bytes(), false);
                     }
                 }
-            }
+            });
         }
         Ok(())
     }

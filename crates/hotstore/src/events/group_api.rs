@@ -181,14 +181,14 @@ impl Inner {
                 }
                 // The default queue's poisoned events are READY for the groups (each group
                 // counts its own deliveries).
-                for (prefix, e) in sh.events.entries.iter_mut() {
+                sh.events.entries.for_each_mut(|prefix, e| {
                     if e.state == State::Poisoned {
                         ev.leave_state(e);
                         e.state = State::Ready;
                         ev.enter_state(e);
                         ready.push((e.seq, prefix.clone()));
                     }
-                }
+                });
             }
             ready.sort_by_key(|(seq, _)| *seq);
             ev.groups.add(name, required, ready);

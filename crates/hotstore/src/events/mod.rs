@@ -56,7 +56,7 @@ use policy::Policies;
 use ready::ReadyQueue;
 use serde::Serialize;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -321,7 +321,7 @@ pub(crate) struct ShardEvents {
     /// it is *implicit*, its queue entry is its state and its fragments are counted from the
     /// keys when it is claimed, sealed or listed (then it gets an entry). In a tracked shard,
     /// an event with fragments and no entry is an implicit READY event.
-    pub(crate) entries: BTreeMap<IndexKey, EventEntry>,
+    pub(crate) entries: crate::index::BTree<IndexKey, EventEntry>,
     /// READY events of this shard by the store-wide sequence number they got when they first
     /// became READY.
     ready: ReadyQueue,
@@ -612,9 +612,9 @@ impl Events {
         if above_bound {
             *fragment_bound = Some(key_ik);
         }
-        let entry = match entries.entry(probe) {
-            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::btree_map::Entry::Vacant(v) => {
+        let entry = match entries.get_mut(&probe) {
+            Some(e) => e,
+            None => {
                 let expected = self.expected_for(prefix);
                 // Fragments already there (the key is in `keys` by now): an implicit READY
                 // event. Complete on one fragment it stays implicit; under a policy changed
@@ -626,24 +626,25 @@ impl Events {
                         let (n, bytes) = fragment_counts(keys, prefix, self.fragment_len);
                         let mut e = EventEntry::open(n, bytes);
                         e.state = State::Ready; // seq 0: its queue entry, whatever its number
-                        v.insert(e);
+                        entries.insert(probe, e);
                     }
                     return;
                 }
                 if expected == 1 {
                     // Complete with its first fragment (the default): READY with no entry.
-                    self.push_implicit(ready, shard_no, v.into_key());
+                    self.push_implicit(ready, shard_no, probe);
                     return;
                 }
                 if expected == 0 || expected > 1 {
                     if let Some(t) = self.timeout_for(prefix) {
                         self.timers
                             .lock()
-                            .push(Reverse((Instant::now() + t, v.key().clone())));
+                            .push(Reverse((Instant::now() + t, probe.clone())));
                     }
                 }
-                let entry = v.insert(EventEntry::open(1, value_len as u64));
-                self.enter_state(entry);
+                let entry = EventEntry::open(1, value_len as u64);
+                self.enter_state(&entry);
+                entries.insert(probe, entry);
                 return;
             }
         };

@@ -246,6 +246,25 @@ impl<K: Ord + Clone, V> BTree<K, V> {
         }
     }
 
+    /// Calls `f` with every entry in key order, the value open to change.
+    pub fn for_each_mut(&mut self, mut f: impl FnMut(&K, &mut V)) {
+        fn leaf<K, V>(l: &mut Leaf<K, V>, f: &mut impl FnMut(&K, &mut V)) {
+            for (k, v) in l.keys.iter().zip(l.vals.iter_mut()) {
+                f(k, v);
+            }
+        }
+        fn inner<K, V>(n: &mut Inner<K, V>, f: &mut impl FnMut(&K, &mut V)) {
+            match &mut n.kids {
+                Kids::Leaves(ls) => ls.iter_mut().for_each(|l| leaf(l, f)),
+                Kids::Inners(ns) => ns.iter_mut().for_each(|n| inner(n, f)),
+            }
+        }
+        match &mut self.root {
+            Node::Leaf(l) => leaf(l, &mut f),
+            Node::Inner(n) => inner(n, &mut f),
+        }
+    }
+
     /// The entries with the largest and the second largest keys (the DAQ case of "does this
     /// event have another fragment": the key just put is usually the largest).
     pub fn last_two(&self) -> LastTwo<'_, K, V> {
@@ -331,6 +350,14 @@ impl<K: Ord + Clone, V> BTree<K, V> {
     /// All entries in key order.
     pub fn iter(&self) -> Range<'_, K, V> {
         self.range(..)
+    }
+}
+
+impl<'a, K: Ord + Clone, V> IntoIterator for &'a BTree<K, V> {
+    type Item = (&'a K, &'a V);
+    type IntoIter = Range<'a, K, V>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
     }
 }
 
@@ -708,6 +735,9 @@ mod tests {
                     }
                 }
             }
+            check(&tree, &model);
+            tree.for_each_mut(|k, v| *v = v.wrapping_add(u32::from(*k)));
+            model.iter_mut().for_each(|(k, v)| *v = v.wrapping_add(u32::from(*k)));
             check(&tree, &model);
         }
     }
