@@ -94,6 +94,22 @@ impl IndexKey {
         })
     }
 
+    /// A key of at most 12 bytes (the default layout's event prefix) as its first two words
+    /// and its length. The second word's low 32 bits are then zero: a caller packing the key
+    /// may use them (the READY queue keeps an entry in 16 bytes this way).
+    pub(crate) fn pack12(&self) -> Option<([u64; 2], u8)> {
+        let len = self.w[2] & 0xff;
+        (!self.on_heap() && len <= 12).then_some(([self.w[0], self.w[1]], len as u8))
+    }
+
+    /// The key [`IndexKey::pack12`] packed (the second word's low 32 bits ignored).
+    pub(crate) fn unpack12(words: [u64; 2], len: u8) -> Self {
+        debug_assert!(len <= 12);
+        IndexKey {
+            w: [words[0], words[1] & !0xffff_ffff, u64::from(len)],
+        }
+    }
+
     /// The key bytes.
     pub fn as_bytes(&self) -> KeyBytes<'_> {
         if self.on_heap() {
@@ -480,6 +496,23 @@ mod tests {
             let mut other = bytes.clone();
             other.push(0);
             assert!(IndexKey::new(&other) != c && IndexKey::new(&other) > c);
+        }
+    }
+
+    #[test]
+    fn short_keys_pack_into_two_words() {
+        for len in 0..=30usize {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 37 + 5) as u8 | 1).collect();
+            let k = IndexKey::new(&bytes);
+            match k.pack12() {
+                Some((w, n)) => {
+                    assert!(len <= 12);
+                    assert_eq!(w[1] & 0xffff_ffff, 0, "len {len}: the low half is free");
+                    let back = IndexKey::unpack12([w[0], w[1] | 0xdead_beef], n);
+                    assert_eq!(&*back.as_bytes(), &bytes[..], "len {len}");
+                }
+                None => assert!(len > 12, "len {len} should pack"),
+            }
         }
     }
 
