@@ -298,6 +298,8 @@ pub struct ShardMap<E = ()> {
     /// The newest lsn records written under this shard's lock took, by key (see
     /// [`NewestLsn`]).
     pub(crate) newest_lsn: NewestLsn,
+    /// This shard's number in its index (a put holding the lock need not hash its key again).
+    pub(crate) no: usize,
 }
 
 /// Slots of [`NewestLsn`] per shard.
@@ -373,7 +375,12 @@ impl<E: Default> Index<E> {
     pub fn new(fragment_len: usize, prefix_len: usize) -> Self {
         Index {
             shards: (0..SHARDS)
-                .map(|_| RwLock::new(ShardMap::default()))
+                .map(|no| {
+                    RwLock::new(ShardMap {
+                        no,
+                        ..ShardMap::default()
+                    })
+                })
                 .collect(),
             prefix_len,
             fragment_len,
