@@ -334,6 +334,11 @@ pub(crate) struct ShardEvents {
     /// the bound, whose bound lacks its prefix, is its event's only fragment: the DAQ case
     /// (event ids grow) is decided without a tree search.
     pub(crate) fragment_bound: Option<IndexKey>,
+    /// This shard's share of the READY count: implicit events queued (+1) or gone with their
+    /// last fragment (-1) here. The READY count is the store-wide counter plus every shard's
+    /// share ([`Events::counts`] reads them under the shard locks it takes anyway), so a put
+    /// of a new event adds to a field under the lock it holds, not to a shared atomic.
+    implicit_ready: i64,
 }
 
 /// One shard's keys (what the implicit events are counted from).
@@ -598,6 +603,7 @@ impl Events {
             entries,
             ready,
             fragment_bound,
+            implicit_ready,
             ..
         } = shard;
         // Compared as index keys (machine words), not bytes.
@@ -632,7 +638,9 @@ impl Events {
                 }
                 if expected == 1 {
                     // Complete with its first fragment (the default): READY with no entry.
-                    self.push_implicit(ready, shard_no, probe);
+                    *implicit_ready += 1;
+                    let seq = self.ready_number();
+                    self.queue(ready, shard_no, seq, probe);
                     return;
                 }
                 if expected == 0 || expected > 1 {
@@ -675,7 +683,7 @@ impl Events {
         let Some(entry) = shard.entries.get_mut(&probe) else {
             // An implicit READY event: gone with its last fragment.
             if fragment_counts(keys, prefix, self.fragment_len).0 == 0 {
-                self.counters.ready.fetch_sub(1, Ordering::Relaxed);
+                shard.implicit_ready -= 1;
                 self.one_stale(keys, shard);
                 self.groups.forget(&probe);
             }
@@ -710,13 +718,6 @@ impl Events {
             });
             shard.stale = 0;
         }
-    }
-
-    /// Queues a new event complete with its first fragment as an implicit READY event.
-    fn push_implicit(&self, ready: &mut ReadyQueue, shard_no: usize, probe: IndexKey) {
-        let seq = self.ready_number();
-        self.counters.ready.fetch_add(1, Ordering::Relaxed);
-        self.queue(ready, shard_no, seq, probe);
     }
 
     /// Gives an implicit READY event of a tracked shard its entry (before a seal or an
@@ -1068,16 +1069,21 @@ impl Events {
     }
 
     pub(crate) fn counts(&self, index: &EventIndex) -> EventCounts {
-        let ready_queued = index
-            .shards()
-            .iter()
-            .map(|s| s.read().events.ready.len() as u64)
-            .sum();
+        let mut ready_queued = 0u64;
+        let mut implicit_ready = 0i64;
+        for s in index.shards() {
+            let s = s.read();
+            ready_queued += s.events.ready.len() as u64;
+            implicit_ready += s.events.implicit_ready;
+        }
         let c = &self.counters;
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        // The counter and the shards' shares are read one after another while events move:
+        // a moment's skew, never below zero.
+        let ready = (g(&c.ready) as i64).saturating_add(implicit_ready).max(0) as u64;
         EventCounts {
             open: g(&c.open),
-            ready: g(&c.ready),
+            ready,
             claimed: g(&c.claimed),
             kept: g(&c.kept),
             poisoned: g(&c.poisoned),
