@@ -68,6 +68,14 @@ impl IndexKey {
         }
     }
 
+    /// Byte-wise order when either key lives on the heap (out of line: the inline case is the
+    /// hot one, and inlined into every tree search).
+    #[cold]
+    #[inline(never)]
+    fn cmp_bytes(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_bytes().cmp(&other.as_bytes())
+    }
+
     fn on_heap(&self) -> bool {
         self.w[2] & 0xff == HEAP_TAG
     }
@@ -229,7 +237,7 @@ impl Ord for IndexKey {
     #[inline]
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         if self.on_heap() || other.on_heap() {
-            self.as_bytes().cmp(&other.as_bytes())
+            self.cmp_bytes(other)
         } else {
             self.w.cmp(&other.w)
         }
