@@ -154,6 +154,7 @@ impl<K: Ord + Clone, V> BTree<K, V> {
     /// The value of `key`, to change in place.
     pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
         let leaf = self.leaf_for_mut(key);
+        prefetch(&leaf.keys);
         leaf.keys.binary_search(key).ok().map(|i| &mut leaf.vals[i])
     }
 
@@ -384,6 +385,7 @@ fn insert_leaf<K: Ord + Clone, V>(
     key: K,
     val: V,
 ) -> Insert<K, V, Leaf<K, V>> {
+    prefetch(&leaf.keys);
     let i = match leaf.keys.binary_search(&key) {
         Ok(i) => return Insert::Replaced(std::mem::replace(&mut leaf.vals[i], val)),
         Err(i) => i,
@@ -505,6 +507,7 @@ fn remove_inner<K: Ord + Clone, V>(node: &mut Inner<K, V>, key: &K) -> Option<V>
     match &mut node.kids {
         Kids::Leaves(kids) => {
             let leaf = &mut kids[i];
+            prefetch(&leaf.keys);
             let at = leaf.keys.binary_search(key).ok()?;
             leaf.keys.remove(at);
             let v = leaf.vals.remove(at);
