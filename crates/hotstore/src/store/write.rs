@@ -411,7 +411,10 @@ impl Inner {
                 if let Some(probe) = probe {
                     // A fragment's shard is its event's shard.
                     let no = shard.no;
-                    debug_assert_eq!(no, self.index.event_shard_no(&key[..self.events.prefix_len]));
+                    debug_assert_eq!(
+                        no,
+                        self.index.event_shard_no(&key[..self.events.prefix_len])
+                    );
                     self.events.on_put(
                         &shard.keys,
                         &mut shard.events,
