@@ -423,41 +423,40 @@ fn insert_inner<K: Ord + Clone, V>(
     val: V,
 ) -> Insert<K, V, Inner<K, V>> {
     let i = node.keys.partition_point(|s| *s <= key);
-    let right = match &mut node.kids {
-        Kids::Leaves(kids) => match insert_leaf(&mut kids[i], key, val) {
-            Insert::Replaced(v) => return Insert::Replaced(v),
-            Insert::Added => return Insert::Added,
-            Insert::Split(sep, new) => {
-                split_kids(&mut node.keys, kids, i, sep, new).map(|(up, keys, kids)| {
-                    (
-                        up,
-                        Inner {
-                            keys,
-                            kids: Kids::Leaves(kids),
-                        },
-                    )
-                })
-            }
+    match &mut node.kids {
+        Kids::Leaves(kids) => {
+            let below = insert_leaf(&mut kids[i], key, val);
+            absorb(&mut node.keys, kids, i, below, Kids::Leaves)
+        }
+        Kids::Inners(kids) => {
+            let below = insert_inner(&mut kids[i], key, val);
+            absorb(&mut node.keys, kids, i, below, Kids::Inners)
+        }
+    }
+}
+
+/// Takes what an insertion did below child `i` into its parent: a split child's new sibling
+/// goes after it, and a full parent splits in turn (`wrap` makes the new node's children).
+fn absorb<K, V, N>(
+    keys: &mut Keys<K>,
+    kids: &mut KidList<N>,
+    i: usize,
+    below: Insert<K, V, N>,
+    wrap: fn(KidList<N>) -> Kids<K, V>,
+) -> Insert<K, V, Inner<K, V>> {
+    match below {
+        Insert::Replaced(v) => Insert::Replaced(v),
+        Insert::Added => Insert::Added,
+        Insert::Split(sep, new) => match split_kids(keys, kids, i, sep, new) {
+            None => Insert::Added,
+            Some((up, keys, kids)) => Insert::Split(
+                up,
+                Box::new(Inner {
+                    keys,
+                    kids: wrap(kids),
+                }),
+            ),
         },
-        Kids::Inners(kids) => match insert_inner(&mut kids[i], key, val) {
-            Insert::Replaced(v) => return Insert::Replaced(v),
-            Insert::Added => return Insert::Added,
-            Insert::Split(sep, new) => {
-                split_kids(&mut node.keys, kids, i, sep, new).map(|(up, keys, kids)| {
-                    (
-                        up,
-                        Inner {
-                            keys,
-                            kids: Kids::Inners(kids),
-                        },
-                    )
-                })
-            }
-        },
-    };
-    match right {
-        None => Insert::Added,
-        Some((up, right)) => Insert::Split(up, Box::new(right)),
     }
 }
 
