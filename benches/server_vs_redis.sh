@@ -174,6 +174,7 @@ start_redis() {
   mkdir -p "$dir"
   port=$(free_port)
   redis-server --port "$port" --bind 127.0.0.1 --appendonly yes --appendfsync "$REDIS_FSYNC" \
+    --auto-aof-rewrite-percentage 0 \
     --save "" --dir "$dir" --daemonize no --logfile "$dir/redis.log" </dev/null >/dev/null 2>&1 &
   PIDS+=($!)
   wait_ping "$port" redis-server "$dir/redis.log"
@@ -302,6 +303,10 @@ for size in 100 10240; do
       printf '   %-20s redis %10s  memory %10s (%sx)  persisted %10s (%sx)   [n=%s/%s/%s]\n' \
         "$point" "$(fmt_rate "$m0")" "$(fmt_rate "$m1")" "$(ratio "$m1" "$m0")" \
         "$(fmt_rate "$m2")" "$(ratio "$m2" "$m0")" "${ns[0]}" "${ns[1]}" "${ns[2]}"
+      printf '   %-20s runs: redis %s; memory %s; persisted %s\n' "" \
+        "$(for v in "${r0[@]}"; do fmt_rate "$v"; echo -n ' '; done)" \
+        "$(for v in "${r1[@]}"; do fmt_rate "$v"; echo -n ' '; done)" \
+        "$(for v in "${r2[@]}"; do fmt_rate "$v"; echo -n ' '; done)"
     }
   done
 done

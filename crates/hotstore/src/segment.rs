@@ -167,6 +167,8 @@ pub struct Segment {
     /// Taken by a removal from the space puts may not use (the removal reserve): puts never
     /// append to it, or they would eat the room that lets a full store be drained.
     pub(crate) removals_only: AtomicBool,
+    /// Bytes written past the page cache (direct I/O): see [`Segment::mostly_direct`].
+    direct_bytes: AtomicU64,
 }
 
 impl std::fmt::Debug for Segment {
@@ -209,6 +211,7 @@ impl Segment {
             holds_event_removes: AtomicBool::new(false),
             only_puts: AtomicBool::new(false),
             removals_only: AtomicBool::new(false),
+            direct_bytes: AtomicU64::new(0),
         }
     }
 
@@ -256,7 +259,12 @@ impl Segment {
         parts: &[&[u8]],
     ) -> crate::Result<bool> {
         // Safety: the caller's contract.
-        unsafe { self.region.write_parts_direct(offset, parts) }
+        let direct = unsafe { self.region.write_parts_direct(offset, parts)? };
+        if direct {
+            let len: usize = parts.iter().map(|p| p.len()).sum();
+            self.direct_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        }
+        Ok(direct)
     }
 
     /// True if whole records can be written here as blocks ([`Segment::write_blocks`]).
@@ -272,7 +280,10 @@ impl Segment {
     /// the first block below the end must be passed unchanged.
     pub unsafe fn write_blocks(&self, offset: usize, parts: &[&[u8]]) -> crate::Result<()> {
         // Safety: the caller's contract.
-        unsafe { self.region.write_blocks(offset, parts) }
+        unsafe { self.region.write_blocks(offset, parts)? };
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.direct_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Makes bytes `[offset, offset + len)` durable now (an error path's repair).
@@ -372,6 +383,11 @@ impl Segment {
     /// `Region::unmap_pages`): done to a sealed segment before it is synced.
     pub(crate) fn unmap_pages(&self, offset: usize, len: usize) {
         self.region.unmap_pages(offset, len);
+    }
+
+    /// True if most bytes written here went past the page cache (direct I/O).
+    pub(crate) fn mostly_direct(&self) -> bool {
+        self.direct_bytes.load(Ordering::Relaxed) * 2 > self.end.load(Ordering::Acquire) as u64
     }
 
     /// Persists every published byte not yet persisted; returns the new watermark. Keeps the

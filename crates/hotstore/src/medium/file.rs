@@ -589,6 +589,36 @@ impl Region for MappedFile {
         unsafe { libc::madvise(self.ptr.add(from).cast(), to - from, libc::MADV_DONTNEED) };
     }
 
+    fn warm(&self) {
+        if self.domain != Domain::Block {
+            return;
+        }
+        // Measured (server, SET 10 KiB -P 16, page cache dropped between runs): 28-52 k/s
+        // against 180-200 k/s with the pooled files still cached. The partial last page of
+        // each 10 KiB record was read back from the device inside the writer's pwrite, and
+        // a small record's first store to a page waited for its read.
+        // MADV_WILLNEED starts reading the uncached pages in large requests (single-page
+        // folios, whatever the mapping's advice) and returns; the kernel reads at most the
+        // device's readahead window per call (128 KiB by default), hence the chunks. Where no
+        // bulk record goes by direct I/O, MADV_POPULATE_READ then waits for them and maps
+        // them, as for a new file (see `create`). Advice only: an error changes nothing but
+        // speed.
+        const CHUNK: usize = 128 << 10;
+        for at in (0..self.len).step_by(CHUNK) {
+            // Safety: the range lies inside the mapping; madvise does not change its bytes.
+            unsafe {
+                libc::madvise(
+                    self.ptr.add(at).cast(),
+                    CHUNK.min(self.len - at),
+                    libc::MADV_WILLNEED,
+                )
+            };
+        }
+        if self.direct.is_none() {
+            pre_fault_for_reading(self.ptr, self.len);
+        }
+    }
+
     fn persist(&self, offset: usize, len: usize) -> Result<()> {
         assert!(
             offset + len <= self.len,

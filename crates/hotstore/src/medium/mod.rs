@@ -199,6 +199,12 @@ pub trait Region: Send + Sync {
     fn unmap_pages(&self, offset: usize, len: usize) {
         let _ = (offset, len);
     }
+    /// Brings a pooled file's pages back into memory before a writer takes it (see
+    /// `Tier::warm_next`): a write into a page the page cache has dropped reads that page
+    /// from the device first, synchronously and one page at a time, although a pooled
+    /// file's old bytes are garbage. Called on the maintenance thread; concurrent writes are
+    /// harmless. Default: nothing (memory stays resident).
+    fn warm(&self) {}
     /// Makes bytes `[offset, offset + len)` durable in the medium's domain. A no-op on a
     /// volatile medium. After an error the caller must assume nothing past the last success
     /// is durable.

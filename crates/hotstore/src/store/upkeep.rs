@@ -80,6 +80,10 @@ fn prepare(inner: &Inner) -> bool {
     if inner.is_poisoned.load(Ordering::Acquire) {
         return false;
     }
+    // Pooled files about to be taken come back into memory first (cheap when they are).
+    if inner.tiers.iter().any(|t| t.warm_next()) {
+        return true;
+    }
     let Some(t) = inner.tiers.first() else {
         return false;
     };
@@ -173,12 +177,18 @@ fn reclaim(inner: &Inner, id: u64) {
             inner.maybe_reclaim(&holder);
         }
     }
-    if let Err(e) = tier.give_back(seg.slot, seg.region.clone()) {
+    if let Err(e) = give_back(inner, &seg) {
         return inner.poison(&e);
     }
     let mut generation = inner.space.0.lock();
     *generation += 1;
     inner.space.1.notify_all();
+}
+
+/// Hands a recycled segment's file back to its tier, saying how it was written (see
+/// `Tier::warm_next`).
+fn give_back(inner: &Inner, seg: &Segment) -> crate::Result<()> {
+    inner.tiers[seg.tier].give_back(seg.slot, seg.region.clone(), seg.mostly_direct())
 }
 
 /// An event-removal record is the store's memory that its event was acknowledged (late
@@ -294,7 +304,7 @@ fn reclaim_groups(inner: &Inner) {
         }
     }
     for seg in &members {
-        if let Err(e) = inner.tiers[seg.tier].give_back(seg.slot, seg.region.clone()) {
+        if let Err(e) = give_back(inner, seg) {
             return inner.poison(&e);
         }
     }
