@@ -5,6 +5,9 @@
 #
 # Starts three servers on free loopback ports, each on a fresh data directory:
 #   redis              redis-server --appendonly yes --appendfsync everysec --save ""
+#                      --auto-aof-rewrite-percentage 0 (a rewrite is a forked child that
+#                      would run beside whichever server is measured next, on 2 cores; off,
+#                      only Redis is spared its cost)
 #   hotstore-memory    hotstore serve --durability memory     (reply once in the mapped store:
 #                      survives a crash of the server, not a power cut)
 #   hotstore-persisted hotstore serve --durability persisted  (reply once fdatasync'd; concurrent
