@@ -100,6 +100,28 @@ fn oldest_ready_first_and_released_events_keep_their_place() {
     assert_eq!(s.stats().events.released_total, 3);
 }
 
+/// READY numbers are the completing fragments' lsns, so with 4 fragments per event they step
+/// by 4: the clock must still mark them (it once marked only numbers of one residue).
+#[test]
+fn the_oldest_ready_age_is_known_when_ready_numbers_skip() {
+    let m = FaultMedium::new("events-clock");
+    let s = store_expecting(&m, 4);
+    assert_eq!(s.oldest_ready_age(), None, "nothing READY");
+    put_event(&s, 1, 0, 4, Durability::Memory);
+    let waited = Duration::from_millis(30);
+    std::thread::sleep(waited);
+    for e in 1..3000 {
+        put_event(&s, 1, e, 4, Durability::Memory);
+    }
+    let age = s.oldest_ready_age().expect("events are READY");
+    assert!(
+        age >= waited,
+        "the oldest waited {waited:?}, reported {age:?}"
+    );
+    let claim = s.next_event("c", LEASE).unwrap().unwrap();
+    assert_eq!(claim.event(), &EventId::new(1, 0), "oldest first");
+}
+
 #[test]
 fn expired_lease_goes_back_to_ready_and_the_old_token_is_refused() {
     let m = FaultMedium::new("lease");

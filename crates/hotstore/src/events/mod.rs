@@ -426,12 +426,16 @@ pub(crate) struct Events {
     /// True once every shard tracks events.
     tracked: AtomicBool,
     tracking: Mutex<()>,
-    /// Next READY sequence number (store-wide: oldest READY first across shards).
-    next_ready_seq: AtomicU64,
-    /// (READY number, when it was handed out) for one number in [`CLOCK_EVERY`]: the age of
-    /// the oldest READY event without reading the clock per event. At most
-    /// [`CLOCK_MARKS`] marks (the oldest dropped first).
+    /// The store's lsn sequence, which READY numbers are taken from (store-wide: oldest READY
+    /// first across shards). A put that makes its event READY gives it the lsn of its record
+    /// (taken under the shard lock already); other transitions take a number of their own.
+    lsns: Arc<AtomicU64>,
+    /// (READY number, when it was handed out) for about one number in [`CLOCK_EVERY`]: the
+    /// age of the oldest READY event without reading the clock per event. At most
+    /// [`CLOCK_MARKS`] marks (the oldest dropped first), in increasing number order.
     ready_clock: Mutex<std::collections::VecDeque<(u64, Instant)>>,
+    /// The READY number from which the next clock mark is due (read without the lock).
+    next_clock_mark: AtomicU64,
     /// The smallest READY sequence number queued in each shard ([`EMPTY_HEAD`]: none), so a
     /// consumer finds the oldest without locking every shard.
     ready_heads: Box<[AtomicU64]>,
@@ -464,6 +468,7 @@ pub(crate) struct Events {
 impl Events {
     pub(crate) fn new(
         layout: &KeyLayout,
+        lsns: Arc<AtomicU64>,
         policies: Policies,
         acked: AckedSet,
         groups: Groups,
@@ -479,8 +484,9 @@ impl Events {
             run_overrides: AtomicBool::new(false),
             tracked: AtomicBool::new(false),
             tracking: Mutex::new(()),
-            next_ready_seq: AtomicU64::new(1),
+            lsns,
             ready_clock: Mutex::new(std::collections::VecDeque::new()),
+            next_clock_mark: AtomicU64::new(0),
             ready_heads: (0..SHARDS).map(|_| AtomicU64::new(EMPTY_HEAD)).collect(),
             waiters: AtomicUsize::new(0),
             ready_wait: Mutex::new(()),
@@ -581,7 +587,8 @@ impl Events {
         Ok(())
     }
 
-    /// Accounts a published put of fragment `key` (`old`: the record it replaced). One map
+    /// Accounts a published put of fragment `key` (`old`: the record it replaced; `lsn`: the
+    /// put's, which becomes the event's READY number if the put completes it). One map
     /// lookup (with the prefix as an index key: compared as machine words, no `memcmp`), the
     /// policy read once per event, and for a new event one insert and at most one push.
     #[allow(
@@ -597,6 +604,7 @@ impl Events {
         probe: IndexKey,
         value_len: usize,
         old: Option<&Loc>,
+        lsn: u64,
     ) {
         let prefix = &key[..self.prefix_len];
         let ShardEvents {
@@ -639,8 +647,8 @@ impl Events {
                 if expected == 1 {
                     // Complete with its first fragment (the default): READY with no entry.
                     *implicit_ready += 1;
-                    let seq = self.ready_number();
-                    self.queue(ready, shard_no, seq, probe);
+                    self.mark_clock(lsn);
+                    self.queue(ready, shard_no, lsn, probe);
                     return;
                 }
                 if expected == 0 || expected > 1 {
@@ -664,6 +672,10 @@ impl Events {
         if matches!(entry.state, State::Open) {
             let expected = self.expected_for(prefix);
             if expected > 0 && entry.fragments >= expected {
+                if entry.seq == 0 {
+                    entry.seq = lsn;
+                    self.mark_clock(lsn);
+                }
                 self.make_ready(ready, shard_no, entry, prefix, false);
             }
         }
@@ -823,8 +835,9 @@ impl Events {
         if self.groups.active() {
             self.groups.append(seq, &prefix);
         } else {
-            ready.push(seq, prefix);
-            self.publish_head(ready, shard_no);
+            if ready.push(seq, prefix) {
+                self.publish_head(ready, shard_no);
+            }
         }
         self.notify_waiters();
     }
@@ -838,21 +851,35 @@ impl Events {
         seq: u64,
         prefix: IndexKey,
     ) {
-        shard.ready.push(seq, prefix);
-        self.publish_head(&shard.ready, shard_no);
+        if shard.ready.push(seq, prefix) {
+            self.publish_head(&shard.ready, shard_no);
+        }
     }
 
-    /// A new READY number; one in [`CLOCK_EVERY`] is marked with the time.
+    /// A new READY number (from the lsn sequence) for a transition that is not a put.
     fn ready_number(&self) -> u64 {
-        let seq = self.next_ready_seq.fetch_add(1, Ordering::Relaxed);
-        if seq % CLOCK_EVERY == 1 {
-            let mut clock = self.ready_clock.lock();
-            if clock.len() == CLOCK_MARKS {
-                clock.pop_front();
-            }
-            clock.push_back((seq, Instant::now()));
-        }
+        let seq = self.lsns.fetch_add(1, Ordering::Relaxed);
+        self.mark_clock(seq);
         seq
+    }
+
+    /// Marks READY number `seq` with the time if [`CLOCK_EVERY`] numbers passed since the
+    /// last mark: one relaxed load per READY event, the lock about once per
+    /// [`CLOCK_EVERY`]. Marks stay in number order (checked again under the lock).
+    fn mark_clock(&self, seq: u64) {
+        if seq < self.next_clock_mark.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut clock = self.ready_clock.lock();
+        if seq < self.next_clock_mark.load(Ordering::Relaxed) {
+            return;
+        }
+        if clock.len() == CLOCK_MARKS {
+            clock.pop_front();
+        }
+        clock.push_back((seq, Instant::now()));
+        self.next_clock_mark
+            .store(seq + CLOCK_EVERY, Ordering::Relaxed);
     }
 
     /// How long the oldest event READY in the default queue has waited: an upper bound,

@@ -138,11 +138,6 @@ impl Chunk {
             Items::Full(v) => v.clear(),
         }
     }
-
-    /// The last entry's number.
-    fn last_seq(&self) -> Option<u64> {
-        self.len().checked_sub(1).and_then(|i| self.seq(i))
-    }
 }
 
 /// See the module docs.
@@ -151,17 +146,21 @@ pub(crate) struct ReadyQueue {
     fifo: VecDeque<Chunk>,
     returned: BinaryHeap<Reverse<Entry>>,
     len: usize,
+    /// The largest number pushed to the FIFO (0: none yet). Kept here so the common push,
+    /// in order, decides without reading the FIFO's last chunk.
+    last: u64,
 }
 
 impl ReadyQueue {
-    /// Queues event `prefix` under READY number `seq`.
-    pub(crate) fn push(&mut self, seq: u64, prefix: IndexKey) {
-        let in_order = self
-            .fifo
-            .back()
-            .and_then(Chunk::last_seq)
-            .is_none_or(|last| last < seq);
-        if in_order {
+    /// Queues event `prefix` under READY number `seq`. Returns false if the head (the
+    /// smallest number queued) is unchanged, as it is for a push in order to a queue that
+    /// was not empty: the caller need not read the head again (in a queue nobody pops from,
+    /// it lies in memory long out of cache).
+    pub(crate) fn push(&mut self, seq: u64, prefix: IndexKey) -> bool {
+        let head_may_change = self.len == 0;
+        self.len += 1;
+        if seq > self.last {
+            self.last = seq;
             let prefix = match self.fifo.back_mut() {
                 Some(c) => c.try_push(seq, prefix).err(),
                 None => Some(prefix),
@@ -173,10 +172,11 @@ impl ReadyQueue {
                 debug_assert!(taken.is_ok());
                 self.fifo.push_back(c);
             }
+            head_may_change
         } else {
             self.returned.push(Reverse((seq, prefix)));
+            true
         }
-        self.len += 1;
     }
 
     /// The smallest queued number.
@@ -271,7 +271,9 @@ mod tests {
                         }
                         let seq = if op == 0 { next += 1; next } else { x.min(next) };
                         if model.insert(seq) {
-                            q.push(seq, key(seq));
+                            let head = q.head();
+                            let may_change = q.push(seq, key(seq));
+                            prop_assert!(may_change || q.head() == head);
                         }
                     }
                     2 => {

@@ -110,7 +110,10 @@ pub(crate) struct Inner {
     pub(crate) lanes: Box<[PaddedLane]>,
     pub(crate) segments: Mutex<HashMap<u64, Arc<Segment>>>,
     pub(crate) next_segment_id: AtomicU64,
-    pub(crate) next_lsn: AtomicU64,
+    /// The next record lsn. READY numbers come from the same sequence (`Events` holds a
+    /// clone), so a put that makes its event READY gives it its own lsn, with no second
+    /// store-wide counter on the put path.
+    pub(crate) next_lsn: Arc<AtomicU64>,
     pub(crate) commit: GroupCommit,
     pub(crate) poisoned: Mutex<Option<String>>,
     pub(crate) is_poisoned: AtomicBool,

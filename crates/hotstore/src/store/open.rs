@@ -155,8 +155,11 @@ impl Store {
         }
         let index = Index::new(layout.key_len(), layout.event_prefix_len());
         let recovered = recovery::recover(&tiers, &index, options.recovery, &files)?;
+        // Before the events are rebuilt: their READY numbers come from it.
+        let next_lsn = Arc::new(AtomicU64::new(recovered.max_lsn + 1));
         let events = Events::new(
             &layout,
+            next_lsn.clone(),
             Policies::load(&*tiers[0].medium)?,
             AckedSet::load(&*tiers[0].medium, layout.event_prefix_len())?,
             Groups::load(&*tiers[0].medium, layout.event_prefix_len())?,
@@ -204,7 +207,7 @@ impl Store {
                     .collect(),
             ),
             next_segment_id: AtomicU64::new(recovered.max_segment_id + 1),
-            next_lsn: AtomicU64::new(recovered.max_lsn + 1),
+            next_lsn,
             commit: GroupCommit::default(),
             poisoned: Mutex::new(None),
             is_poisoned: AtomicBool::new(false),

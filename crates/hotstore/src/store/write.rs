@@ -382,7 +382,7 @@ impl Inner {
         if let (Some(probe), Kind::Put) = (&probe, kind) {
             self.events.admit(&shard.events, key, probe)?;
         }
-        match direct {
+        let lsn = match direct {
             None => self.write_header(
                 lane,
                 &mut shard.newest_lsn,
@@ -423,6 +423,7 @@ impl Inner {
                         probe,
                         value_len,
                         old.as_ref(),
+                        lsn,
                     );
                 }
                 old
