@@ -453,6 +453,14 @@ impl Groups {
             }
         }
         let waiting = s.required_mask() & !acked;
+        // READY numbers are taken under the event's shard lock, and this lock is taken after
+        // it: a put in another shard may have taken a larger number and been offered already.
+        // A group whose cursor passed this number would skip it; it gets it as given back.
+        for g in s.groups.iter_mut() {
+            if g.cursor >= seq && acked & g.bit() == 0 {
+                g.returned.insert(seq, 0);
+            }
+        }
         s.by_prefix.insert(prefix.clone(), seq);
         s.log.insert(
             seq,
@@ -929,5 +937,28 @@ impl State {
         for gi in 0..self.groups.len() {
             self.sweep(gi, now, max_deliveries);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two puts in different shards: the one with the smaller READY number reaches the log
+    /// last, after a consumer took the other. The group must still be offered it.
+    #[test]
+    fn an_event_appended_behind_a_groups_cursor_is_still_offered() {
+        let m = crate::testing::FaultMedium::new("groups-cursor");
+        let groups = Groups::load(&*m, 12).unwrap();
+        groups.add("g", false, Vec::new());
+        let p = |n: u8| IndexKey::new(&[n; 12]);
+        groups.append(11, &p(2));
+        let (_, picked, _) = groups.pick("g").unwrap();
+        assert_eq!(picked.map(|(seq, _, _)| seq), Some(11));
+        groups.append(10, &p(1));
+        let (_, picked, _) = groups.pick("g").unwrap();
+        assert_eq!(picked.map(|(seq, k, _)| (seq, k)), Some((10, p(1))));
+        let (_, picked, _) = groups.pick("g").unwrap();
+        assert!(picked.is_none(), "each offered once");
     }
 }
