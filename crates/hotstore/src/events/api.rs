@@ -117,7 +117,7 @@ impl Store {
 
     /// How long the oldest READY event of the default queue has waited for a consumer
     /// (`None`: none is READY, or the store has groups: see [`Store::groups`]). An upper
-    /// bound, exact to within 1024 events of READY order: the clock is read once per 1024.
+    /// bound, exact to within about 1024 READY numbers (lsns): the clock is read once per 1024.
     /// Recovered events count from the reopen.
     pub fn oldest_ready_age(&self) -> Option<Duration> {
         self.inner.events.oldest_ready_age()
