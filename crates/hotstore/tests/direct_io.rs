@@ -32,8 +32,9 @@ fn value(n: u64, len: usize) -> Vec<u8> {
 }
 
 /// Lengths around the 4 KiB edges, with small records between them so that each bulk record
-/// starts at a different offset within its block.
-const LENGTHS: [usize; 9] = [
+/// starts at a different offset within its block; the 6 MiB one is more 1 MiB chunks than a
+/// thread has buffers, so its buffers are reused while earlier chunks are in flight.
+const LENGTHS: [usize; 10] = [
     4095,
     4096,
     5000,
@@ -42,6 +43,7 @@ const LENGTHS: [usize; 9] = [
     (256 << 10) + 7,
     (1 << 20) + 100,
     3 << 20,
+    (6 << 20) + 123,
     12345,
 ];
 
