@@ -308,14 +308,21 @@ pub fn readout(
             // too) ends a wait on a full store instead of turning it into an error. Fix (found
             // running 2 readout and 2 collector threads): a readout waiting for space when the
             // run ended waited FULL_WAIT for collectors that had stopped, then failed the run.
-            let waited_from = Instant::now();
+            // The clock is read once the store is full, not per fragment.
+            let mut waited_from: Option<Instant> = None;
             let mut slot = loop {
                 match store.reserve_with(&key, len, Some(FULL_WAIT_STEP)) {
                     Ok(s) => break s,
                     Err(e) if e.is_full() && sh.stop_readout.load(Ordering::Acquire) => {
                         break 'events;
                     }
-                    Err(e) if e.is_full() && waited_from.elapsed() < FULL_WAIT => continue,
+                    Err(e)
+                        if e.is_full()
+                            && waited_from.get_or_insert_with(Instant::now).elapsed()
+                                < FULL_WAIT =>
+                    {
+                        continue
+                    }
                     Err(e) => {
                         sh.fail(format!("readout put of event {event}: {e}"));
                         break 'events;
