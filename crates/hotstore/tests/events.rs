@@ -490,3 +490,21 @@ fn an_event_delivered_too_often_is_parked_as_poisoned() {
     assert!(s.event_info(&id).is_none());
     assert_eq!(s.stats().events.poisoned, 0);
 }
+
+/// An event is read a batch of fragments at a time (the index lock is released between
+/// batches): an event of more fragments than a batch still yields each once, in key order.
+#[test]
+fn an_event_of_many_fragments_is_read_whole_and_in_order() {
+    let m = FaultMedium::new("many-fragments");
+    let s = store_expecting(&m, 40);
+    put_event(&s, 2, 7, 40, Durability::Memory);
+    put_event(&s, 2, 8, 3, Durability::Memory); // the next event, in the same key range's end
+    let claim = s.next_event("a", LEASE).unwrap().expect("40 of 40: ready");
+    let mut seen = Vec::new();
+    claim
+        .for_each_fragment(|k, v| seen.push((k.to_vec(), v.to_vec())))
+        .unwrap();
+    let want: Vec<_> = (0..40).map(|d| (frag(2, 7, d), value(2, 7, d))).collect();
+    assert!(seen == want, "{} fragments read, want 40 in key order", seen.len());
+    assert!(claim.fragments().unwrap() == want);
+}

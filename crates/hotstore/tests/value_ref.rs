@@ -2,7 +2,9 @@
 //! segment under it is not recycled while the `ValueRef` lives, however the record dies
 //! (overwrite, removal, compaction), and is recycled once it is dropped.
 
-use hotstore::{Durability, Store};
+use hotstore::{Durability, EventPolicy, FragmentKey, Store};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| seed.wrapping_add(i as u8)).collect()
@@ -93,4 +95,57 @@ fn a_value_ref_outlives_the_store_handle() {
     drop(held);
     let s = Store::builder(dir.path()).open().unwrap();
     assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"value"[..]));
+}
+
+/// A claimed event's fragments are read with their segments pinned, after the index lock is
+/// released: the callback may call the store (it ran under the shard's read lock, so a put
+/// from it to the same shard waited forever), and a fragment's bytes stay as they were while
+/// the callback runs, however its record dies meanwhile.
+#[test]
+fn an_events_fragments_stay_in_place_while_the_callback_uses_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Arc::new(
+        Store::builder(dir.path())
+            .segment_size_bytes(64 << 10)
+            .lanes(1)
+            .open()
+            .unwrap(),
+    );
+    s.set_event_policy(EventPolicy::expecting(2)).unwrap();
+    let key = |det: u16| FragmentKey::new(1, 5, det, 0).to_bytes();
+    let want = [pattern(3, 20 << 10), pattern(9, 20 << 10)];
+    for (det, v) in want.iter().enumerate() {
+        s.put(&key(det as u16), v, Durability::Memory).unwrap();
+    }
+    // In a thread, so that a deadlock fails the test instead of hanging the suite.
+    let (done, result) = mpsc::channel();
+    let store = s.clone();
+    std::thread::spawn(move || {
+        let claim = store
+            .next_event("c", Duration::from_secs(600))
+            .unwrap()
+            .expect("the event is READY");
+        let mut seen = Vec::new();
+        let walked = claim.for_each_fragment(|_, v| {
+            if seen.is_empty() {
+                // Kill both records under the callback, then churn: without a pin, their
+                // segment would be recycled and its file reused.
+                for det in 0..2 {
+                    store.put(&key(det), b"new", Durability::Memory).unwrap();
+                    store.remove(&key(det), Durability::Memory).unwrap();
+                }
+                churn(&store);
+            }
+            seen.push(v.to_vec());
+        });
+        let _ = done.send(walked.map(|()| seen));
+    });
+    let seen = result
+        .recv_timeout(Duration::from_secs(300))
+        .expect("for_each_fragment's callback could not call the store (deadlock)")
+        .expect("reading the fragments failed: their segment was recycled under the read?");
+    assert!(
+        seen == want,
+        "a fragment's bytes changed under the callback"
+    );
 }

@@ -7,9 +7,15 @@ use super::{Ack, Claim, ClaimToken, EventId, EventInfo, EventPolicy, PendingClai
 use crate::error::{Error, Result};
 use crate::index::{self, IndexKey};
 use crate::options::Durability;
-use crate::store::{Inner, Store};
+use crate::store::{Inner, Pinned, Store, PINNED_MAX};
+use arrayvec::ArrayVec;
 use std::ops::Bound;
 use std::time::{Duration, Instant};
+
+/// Fragments of an event found per visit of its index shard when it is read (on the stack,
+/// with at most as many segments pinned).
+const READ_BATCH: usize = 16;
+const _: () = assert!(READ_BATCH <= PINNED_MAX);
 
 impl Store {
     /// All fragments (key, value) of the event `id`, in key order (empty if it has none).
@@ -254,24 +260,47 @@ impl Inner {
         (Bound::Included(prefix), successor(prefix))
     }
 
+    /// Calls `f` with each fragment of event `prefix`, in key order. The fragments are found
+    /// under the shard's lock, up to [`READ_BATCH`] at a time with their segments pinned, and
+    /// read (checksums, the callback) after it is released: a writer of the same shard does
+    /// not wait for a consumer's reading, and the callback may call the store. A fragment
+    /// stored meanwhile is seen if its key lies past the batch being read.
     pub(crate) fn for_each_event_fragment(
         &self,
         prefix: &[u8],
         mut f: impl FnMut(&[u8], &[u8]),
     ) -> Result<()> {
         let (lower, upper) = Self::event_bounds(prefix);
-        let upper = match &upper {
+        let upper = index::bound(match &upper {
             Some(u) => Bound::Excluded(&**u),
             None => Bound::Unbounded,
-        };
-        let shard = self.index.event_shard(prefix).read();
-        for (k, loc) in shard.keys.range((index::bound(lower), index::bound(upper))) {
-            if k.as_bytes().len() != self.events.fragment_len {
-                continue;
+        });
+        let mut from = index::bound(lower);
+        loop {
+            let mut pinned = Pinned::new(self);
+            let batch: ArrayVec<(IndexKey, usize, u32, u32), READ_BATCH> = {
+                let shard = self.index.event_shard(prefix).read();
+                shard
+                    .keys
+                    .range((from, upper.clone()))
+                    .filter(|(k, _)| k.as_bytes().len() == self.events.fragment_len)
+                    .take(READ_BATCH)
+                    .map(|(k, loc)| (k.clone(), pinned.pin(&loc.seg), loc.offset, loc.value_len))
+                    .collect()
+            };
+            for (k, seg, offset, value_len) in &batch {
+                let key = k.as_bytes();
+                // Safety: each fragment was live under the shard lock when its segment was
+                // pinned, and `pinned` outlives the read.
+                let value =
+                    unsafe { self.read_record(&key, pinned.segment(*seg), *offset, *value_len)? };
+                f(&key, value);
             }
-            f(&k.as_bytes(), self.read_value(&k.as_bytes(), loc)?);
+            match batch.last() {
+                Some((last, ..)) if batch.is_full() => from = Bound::Excluded(last.clone()),
+                _ => return Ok(()),
+            }
         }
-        Ok(())
     }
 
     pub(crate) fn event_fragments(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {

@@ -17,6 +17,7 @@ mod upkeep;
 mod write;
 
 pub use read::ValueRef;
+pub(crate) use read::{Pinned, PINNED_MAX};
 pub use write::Reservation;
 
 use crate::commit::GroupCommit;

@@ -110,22 +110,89 @@ impl Store {
 }
 
 impl Inner {
+    /// The value of `key`'s record at `loc`, its checksum verified unless turned off. The
+    /// caller holds the key's index shard lock (so the record is published and its segment
+    /// cannot be recycled meanwhile).
     pub(crate) fn read_value<'s>(&self, key: &[u8], loc: &'s Loc) -> Result<&'s [u8]> {
-        let rec_len = record::record_len(key.len(), loc.value_len as usize);
-        // Safety: `loc` came from the index under a shard lock the caller still holds, so the
-        // record is published and its segment cannot be recycled meanwhile.
-        let rec = unsafe { loc.seg.bytes(loc.offset as usize, rec_len) };
+        // Safety: the caller's shard lock, as documented.
+        unsafe { self.read_record(key, &loc.seg, loc.offset, loc.value_len) }
+    }
+
+    /// [`Inner::read_value`] of the record at `offset` in `seg` with a `value_len` value.
+    ///
+    /// # Safety
+    /// The record must be published, and `seg` kept from recycling while the returned slice
+    /// lives: by a shard lock held since the record was found live, or a pin ([`Pinned`])
+    /// taken under that lock.
+    pub(crate) unsafe fn read_record<'s>(
+        &self,
+        key: &[u8],
+        seg: &'s Segment,
+        offset: u32,
+        value_len: u32,
+    ) -> Result<&'s [u8]> {
+        let rec_len = record::record_len(key.len(), value_len as usize);
+        // Safety: the caller's promise (see above).
+        let rec = unsafe { seg.bytes(offset as usize, rec_len) };
         if self.verify_on_read {
-            let ok = record::parse_header(rec).is_ok_and(|h| record::verify(loc.seg.id, rec, &h));
+            let ok = record::parse_header(rec).is_ok_and(|h| record::verify(seg.id, rec, &h));
             if !ok {
                 return Err(Error::ChecksumMismatch {
-                    file: loc.seg.path().clone(),
-                    offset: loc.offset as u64,
+                    file: seg.path().clone(),
+                    offset: offset as u64,
                 });
             }
         }
         let start = HEADER_LEN + key.len();
-        Ok(&rec[start..start + loc.value_len as usize])
+        Ok(&rec[start..start + value_len as usize])
+    }
+}
+
+/// Segments pinned for reads made after the index shard lock is released: each counted once
+/// in [`Segment::readers`], so it is not recycled and its published bytes stay as they are;
+/// unpinned when dropped (a segment whose records all died meanwhile can then go). Holds up
+/// to [`PINNED_MAX`] segments, on the stack.
+pub(crate) struct Pinned<'a> {
+    inner: &'a Inner,
+    segs: arrayvec::ArrayVec<Arc<Segment>, PINNED_MAX>,
+}
+
+/// Most segments one [`Pinned`] holds.
+pub(crate) const PINNED_MAX: usize = 16;
+
+impl<'a> Pinned<'a> {
+    pub(crate) fn new(inner: &'a Inner) -> Self {
+        Pinned {
+            inner,
+            segs: arrayvec::ArrayVec::new(),
+        }
+    }
+
+    /// Pins `seg` (once) and returns its place in [`Pinned::segment`]. Call it under the
+    /// shard lock of a live record of `seg`: whatever makes the record dead takes that lock
+    /// after us, so the recycler sees the pin. A caller pins at most [`PINNED_MAX`] records.
+    pub(crate) fn pin(&mut self, seg: &Arc<Segment>) -> usize {
+        if let Some(i) = self.segs.iter().rposition(|s| Arc::ptr_eq(s, seg)) {
+            return i;
+        }
+        seg.readers.fetch_add(1, Ordering::SeqCst);
+        self.segs.push(seg.clone());
+        self.segs.len() - 1
+    }
+
+    /// The segment pinned at place `i`.
+    pub(crate) fn segment(&self, i: usize) -> &Segment {
+        &self.segs[i]
+    }
+}
+
+impl Drop for Pinned<'_> {
+    fn drop(&mut self) {
+        for seg in &self.segs {
+            if seg.readers.fetch_sub(1, Ordering::SeqCst) == 1 {
+                self.inner.maybe_reclaim(seg);
+            }
+        }
     }
 }
 
