@@ -105,9 +105,15 @@ impl Inner {
             .filter(|(k, _)| k.as_bytes().len() == flen)
             .map(|(k, _)| k.clone())
             .collect();
+        // An event's fragments mostly share a segment: pin on each one once (a lock and a
+        // set insert), not once per fragment.
+        let mut pinned_on: Option<Arc<Segment>> = None;
         for k in doomed {
             if let Some(old) = shard.keys.remove(&k) {
-                seg.pin_on(&old.seg);
+                if !pinned_on.as_ref().is_some_and(|p| Arc::ptr_eq(p, &old.seg)) {
+                    seg.pin_on(&old.seg);
+                    pinned_on = Some(old.seg.clone());
+                }
                 self.retire(
                     &old.seg,
                     record::record_len(flen, old.value_len as usize) as u64,
