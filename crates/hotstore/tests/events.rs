@@ -505,6 +505,10 @@ fn an_event_of_many_fragments_is_read_whole_and_in_order() {
         .for_each_fragment(|k, v| seen.push((k.to_vec(), v.to_vec())))
         .unwrap();
     let want: Vec<_> = (0..40).map(|d| (frag(2, 7, d), value(2, 7, d))).collect();
-    assert!(seen == want, "{} fragments read, want 40 in key order", seen.len());
+    assert!(
+        seen == want,
+        "{} fragments read, want 40 in key order",
+        seen.len()
+    );
     assert!(claim.fragments().unwrap() == want);
 }
