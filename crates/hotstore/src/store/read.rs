@@ -175,7 +175,7 @@ impl<'a> Pinned<'a> {
         if let Some(i) = self.segs.iter().rposition(|s| Arc::ptr_eq(s, seg)) {
             return i;
         }
-        seg.readers.fetch_add(1, Ordering::SeqCst);
+        pin_segment(seg);
         self.segs.push(seg.clone());
         self.segs.len() - 1
     }
@@ -189,9 +189,7 @@ impl<'a> Pinned<'a> {
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
         for seg in &self.segs {
-            if seg.readers.fetch_sub(1, Ordering::SeqCst) == 1 {
-                self.inner.maybe_reclaim(seg);
-            }
+            self.inner.unpin_segment(seg);
         }
     }
 }
@@ -220,7 +218,7 @@ impl ValueRef {
     /// caller must make sure `seg` cannot be recycled before the count is taken (hold the
     /// key's index shard lock with the record live, or the lane of its active segment).
     pub(crate) fn new(inner: Arc<Inner>, seg: Arc<Segment>, ptr: *const u8, len: usize) -> Self {
-        seg.readers.fetch_add(1, Ordering::SeqCst);
+        pin_segment(&seg);
         ValueRef {
             inner,
             seg,
@@ -274,9 +272,22 @@ impl std::fmt::Debug for ValueRef {
 
 impl Drop for ValueRef {
     fn drop(&mut self) {
-        if self.seg.readers.fetch_sub(1, Ordering::SeqCst) == 1 {
-            // The last reader: a segment whose records all died meanwhile can go now.
-            self.inner.maybe_reclaim(&self.seg);
+        self.inner.unpin_segment(&self.seg);
+    }
+}
+
+/// Counts one more reader of `seg` ([`Segment::readers`]): it is not recycled until
+/// [`Inner::unpin_segment`]. Taken under the shard lock of a live record of `seg`.
+fn pin_segment(seg: &Segment) {
+    seg.readers.fetch_add(1, Ordering::SeqCst);
+}
+
+impl Inner {
+    /// Ends a [`pin_segment`]; the last reader asks for the reclaim of a segment whose
+    /// records all died meanwhile.
+    fn unpin_segment(&self, seg: &Arc<Segment>) {
+        if seg.readers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.maybe_reclaim(seg);
         }
     }
 }
