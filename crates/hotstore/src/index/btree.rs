@@ -7,7 +7,9 @@
 //! allocator size class), and a node that overflows at its right end keeps its entries and
 //! starts a new node with the one that did not fit. A map grown in key order is packed full;
 //! one grown in random order splits in the middle as usual. Lookups binary-search the keys of
-//! three or four levels, the upper ones shared by every lookup and hot in cache.
+//! the inner levels, shared by every lookup and hot in cache; in the leaf, a point lookup
+//! compares one byte of hash per key held by the leaf's parent ([`LeafKid`]) and loads only
+//! the key that matches and its value.
 //!
 //! Removal merges a leaf that falls under a quarter full with a neighbour, or evens the two
 //! out; an inner node merges with a neighbour when both fit in one. Empty nodes are removed at
@@ -46,14 +48,33 @@ struct Inner<K, V> {
     kids: Kids<K, V>,
 }
 
+// An inner node of inner nodes carries the leaves' size unused (about 3 KiB): they are one
+// node in 48, and boxing the leaves' list would add a pointer chase to every lookup.
+#[allow(clippy::large_enum_variant)]
 enum Kids<K, V> {
-    Leaves(ArrayVec<Box<Leaf<K, V>>, INNER_CAP>),
+    Leaves(ArrayVec<LeafKid<K, V>, INNER_CAP>),
     Inners(ArrayVec<Box<Inner<K, V>>, INNER_CAP>),
 }
 
 enum Node<K, V> {
-    Leaf(Box<Leaf<K, V>>),
+    Leaf(LeafKid<K, V>),
     Inner(Box<Inner<K, V>>),
+}
+
+/// A byte of a key's hash, for [`LeafKid`]: equal keys have equal fingerprints.
+pub trait Fingerprint {
+    fn fingerprint(&self) -> u8;
+}
+
+/// A leaf as its parent holds it: with one fingerprint per key, in the parent's memory. A
+/// lookup compares the fingerprints (hot in cache with the parent) and then loads from the
+/// cold leaf only the key they point at and its value, in one round of cache misses. A search
+/// of the leaf's keys waits for the keys, then for the value it found.
+struct LeafKid<K, V> {
+    /// `fps[i]` is the fingerprint of `leaf.keys[i]`; `fps[LEAF_CAP]` is the leaf's length.
+    /// Kept so by every change of the leaf's keys (`insert_at`, `remove_at`, `refresh`).
+    fps: [u8; LEAF_CAP + 1],
+    leaf: Box<Leaf<K, V>>,
 }
 
 /// An ordered map (see the module comment).
@@ -70,7 +91,7 @@ enum Insert<K, V, N> {
     Replaced(V),
     Added,
     /// The node split: the new right sibling and the smallest key it may hold.
-    Split(K, Box<N>),
+    Split(K, N),
 }
 
 impl<K, V> Leaf<K, V> {
@@ -79,6 +100,102 @@ impl<K, V> Leaf<K, V> {
             keys: ArrayVec::new(),
             vals: ArrayVec::new(),
         })
+    }
+}
+
+impl<K: Fingerprint, V> LeafKid<K, V> {
+    fn new(leaf: Box<Leaf<K, V>>) -> Self {
+        let mut kid = LeafKid {
+            fps: [0; LEAF_CAP + 1],
+            leaf,
+        };
+        kid.refresh();
+        kid
+    }
+
+    fn empty() -> Self {
+        Self::new(Leaf::new())
+    }
+
+    /// Recomputes the fingerprints after the leaf's keys changed other than one at a time.
+    fn refresh(&mut self) {
+        for (fp, key) in self.fps.iter_mut().zip(&self.leaf.keys) {
+            *fp = key.fingerprint();
+        }
+        self.fps[LEAF_CAP] = self.leaf.keys.len() as u8;
+    }
+
+    /// Inserts an entry at `at` (the leaf is not full).
+    fn insert_at(&mut self, at: usize, key: K, val: V) {
+        let len = self.leaf.keys.len();
+        self.fps.copy_within(at..len, at + 1);
+        self.fps[at] = key.fingerprint();
+        self.fps[LEAF_CAP] = len as u8 + 1;
+        self.leaf.keys.insert(at, key);
+        self.leaf.vals.insert(at, val);
+    }
+
+    /// Removes the entry at `at`; returns its value.
+    fn remove_at(&mut self, at: usize) -> V {
+        let len = self.leaf.keys.len();
+        self.fps.copy_within(at + 1..len, at);
+        self.fps[LEAF_CAP] = len as u8 - 1;
+        self.leaf.keys.remove(at);
+        self.leaf.vals.remove(at)
+    }
+}
+
+impl<K: Fingerprint + Eq, V> LeafKid<K, V> {
+    /// The place of `key` in the leaf: the keys whose fingerprints match are compared, the
+    /// first one (nearly always the only one) loaded at once with the leaf's length.
+    #[inline]
+    fn find(&self, key: &K) -> Option<usize> {
+        let len = self.fps[LEAF_CAP] as usize;
+        let mut candidates = matches(&self.fps, key.fingerprint()) & ((1u64 << len) - 1);
+        while candidates != 0 {
+            let i = candidates.trailing_zeros() as usize;
+            if self.leaf.keys.get(i) == Some(key) {
+                return Some(i);
+            }
+            candidates &= candidates - 1;
+        }
+        None
+    }
+}
+
+/// Bit `i` set where `fps[i] == fp`.
+#[inline]
+fn matches(fps: &[u8; LEAF_CAP + 1], fp: u8) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
+        };
+        // Safety: SSE2 is part of x86_64.
+        let want = unsafe { _mm_set1_epi8(fp as i8) };
+        let mut bits = 0u64;
+        for (part, bytes) in fps.chunks_exact(16).enumerate() {
+            // Safety: SSE2 is part of x86_64; the load reads the 16 bytes of `bytes`.
+            let found = unsafe {
+                let got = _mm_loadu_si128(bytes.as_ptr() as *const __m128i);
+                _mm_movemask_epi8(_mm_cmpeq_epi8(got, want)) as u16
+            };
+            bits |= u64::from(found) << (16 * part);
+        }
+        bits
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        fps.iter()
+            .enumerate()
+            .fold(0, |bits, (i, &f)| bits | (u64::from(f == fp) << i))
+    }
+}
+
+impl<K, V> std::ops::Deref for LeafKid<K, V> {
+    type Target = Leaf<K, V>;
+    fn deref(&self) -> &Leaf<K, V> {
+        &self.leaf
     }
 }
 
@@ -91,17 +208,17 @@ impl<K, V> Kids<K, V> {
     }
 }
 
-impl<K: Ord + Clone, V> Default for BTree<K, V> {
+impl<K: Ord + Clone + Fingerprint, V> Default for BTree<K, V> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: Ord + Clone, V> BTree<K, V> {
+impl<K: Ord + Clone + Fingerprint, V> BTree<K, V> {
     /// An empty map.
     pub fn new() -> Self {
         BTree {
-            root: Node::Leaf(Leaf::new()),
+            root: Node::Leaf(LeafKid::empty()),
             len: 0,
         }
     }
@@ -116,7 +233,7 @@ impl<K: Ord + Clone, V> BTree<K, V> {
         self.len == 0
     }
 
-    fn leaf_for(&self, key: &K) -> &Leaf<K, V> {
+    fn leaf_for(&self, key: &K) -> &LeafKid<K, V> {
         let mut node = match &self.root {
             Node::Leaf(l) => return l,
             Node::Inner(n) => n,
@@ -130,7 +247,7 @@ impl<K: Ord + Clone, V> BTree<K, V> {
         }
     }
 
-    fn leaf_for_mut(&mut self, key: &K) -> &mut Leaf<K, V> {
+    fn leaf_for_mut(&mut self, key: &K) -> &mut LeafKid<K, V> {
         let mut node = match &mut self.root {
             Node::Leaf(l) => return l,
             Node::Inner(n) => n,
@@ -147,15 +264,14 @@ impl<K: Ord + Clone, V> BTree<K, V> {
     /// The value of `key`.
     pub fn get(&self, key: &K) -> Option<&V> {
         let leaf = self.leaf_for(key);
-        prefetch(&leaf.keys);
-        leaf.keys.binary_search(key).ok().map(|i| &leaf.vals[i])
+        leaf.find(key).map(|i| &leaf.vals[i])
     }
 
     /// The value of `key`, to change in place.
     pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
-        let leaf = self.leaf_for_mut(key);
-        prefetch(&leaf.keys);
-        leaf.keys.binary_search(key).ok().map(|i| &mut leaf.vals[i])
+        let kid = self.leaf_for_mut(key);
+        let i = kid.find(key)?;
+        Some(&mut kid.leaf.vals[i])
     }
 
     /// True if `key` has an entry.
@@ -179,7 +295,7 @@ impl<K: Ord + Clone, V> BTree<K, V> {
         };
         if let Some((sep, right)) = root_split {
             // A new root over the old one and its new sibling.
-            let left = std::mem::replace(&mut self.root, Node::Leaf(Leaf::new()));
+            let left = std::mem::replace(&mut self.root, Node::Leaf(LeafKid::empty()));
             let kids = match (left, right) {
                 (Node::Leaf(l), Node::Leaf(r)) => Kids::Leaves([l, r].into_iter().collect()),
                 (Node::Inner(l), Node::Inner(r)) => Kids::Inners([l, r].into_iter().collect()),
@@ -199,8 +315,7 @@ impl<K: Ord + Clone, V> BTree<K, V> {
         let removed = match &mut self.root {
             Node::Leaf(l) => {
                 let i = l.keys.binary_search(key).ok()?;
-                l.keys.remove(i);
-                Some(l.vals.remove(i))
+                Some(l.remove_at(i))
             }
             Node::Inner(n) => {
                 let v = remove_inner(n, key)?;
@@ -219,10 +334,12 @@ impl<K: Ord + Clone, V> BTree<K, V> {
                 return;
             };
             let next = match &mut n.kids {
-                Kids::Leaves(l) if l.len() <= 1 => Node::Leaf(l.pop().unwrap_or_else(Leaf::new)),
+                Kids::Leaves(l) if l.len() <= 1 => {
+                    Node::Leaf(l.pop().unwrap_or_else(LeafKid::empty))
+                }
                 Kids::Inners(i) if i.len() <= 1 => match i.pop() {
                     Some(only) => Node::Inner(only),
-                    None => Node::Leaf(Leaf::new()),
+                    None => Node::Leaf(LeafKid::empty()),
                 },
                 _ => return,
             };
@@ -249,8 +366,9 @@ impl<K: Ord + Clone, V> BTree<K, V> {
 
     /// Calls `f` with every entry in key order, the value open to change.
     pub fn for_each_mut(&mut self, mut f: impl FnMut(&K, &mut V)) {
-        fn leaf<K, V>(l: &mut Leaf<K, V>, f: &mut impl FnMut(&K, &mut V)) {
-            for (k, v) in l.keys.iter().zip(l.vals.iter_mut()) {
+        fn leaf<K, V>(l: &mut LeafKid<K, V>, f: &mut impl FnMut(&K, &mut V)) {
+            let Leaf { keys, vals } = &mut *l.leaf;
+            for (k, v) in keys.iter().zip(vals.iter_mut()) {
                 f(k, v);
             }
         }
@@ -287,7 +405,7 @@ impl<K: Ord + Clone, V> BTree<K, V> {
                         left = Some((node, last - 1));
                     }
                     match &node.kids {
-                        Kids::Leaves(l) => break (&*l[last], left),
+                        Kids::Leaves(l) => break (&*l[last].leaf, left),
                         Kids::Inners(n) => node = &n[last],
                     }
                 }
@@ -354,7 +472,7 @@ impl<K: Ord + Clone, V> BTree<K, V> {
     }
 }
 
-impl<'a, K: Ord + Clone, V> IntoIterator for &'a BTree<K, V> {
+impl<'a, K: Ord + Clone + Fingerprint, V> IntoIterator for &'a BTree<K, V> {
     type Item = (&'a K, &'a V);
     type IntoIter = Range<'a, K, V>;
     fn into_iter(self) -> Self::IntoIter {
@@ -380,21 +498,21 @@ fn prefetch<T>(items: &[T]) {
 }
 
 /// Inserts into a leaf; a full leaf splits (at its right end: it keeps all it has).
-fn insert_leaf<K: Ord + Clone, V>(
-    leaf: &mut Leaf<K, V>,
+fn insert_leaf<K: Ord + Clone + Fingerprint, V>(
+    kid: &mut LeafKid<K, V>,
     key: K,
     val: V,
-) -> Insert<K, V, Leaf<K, V>> {
-    prefetch(&leaf.keys);
-    let i = match leaf.keys.binary_search(&key) {
-        Ok(i) => return Insert::Replaced(std::mem::replace(&mut leaf.vals[i], val)),
+) -> Insert<K, V, LeafKid<K, V>> {
+    prefetch(&kid.keys);
+    let i = match kid.keys.binary_search(&key) {
+        Ok(i) => return Insert::Replaced(std::mem::replace(&mut kid.leaf.vals[i], val)),
         Err(i) => i,
     };
-    if !leaf.keys.is_full() {
-        leaf.keys.insert(i, key);
-        leaf.vals.insert(i, val);
+    if !kid.keys.is_full() {
+        kid.insert_at(i, key, val);
         return Insert::Added;
     }
+    let leaf = &mut *kid.leaf;
     let mut right = Leaf::new();
     if i == LEAF_CAP {
         // An append: the keys so far stay packed, the new one starts the next leaf.
@@ -411,17 +529,18 @@ fn insert_leaf<K: Ord + Clone, V>(
         };
         side.keys.insert(at, key);
         side.vals.insert(at, val);
+        kid.refresh();
     }
     let sep = right.keys[0].clone();
-    Insert::Split(sep, right)
+    Insert::Split(sep, LeafKid::new(right))
 }
 
 /// Inserts below an inner node; a full one splits (at its right end: it keeps all it has).
-fn insert_inner<K: Ord + Clone, V>(
+fn insert_inner<K: Ord + Clone + Fingerprint, V>(
     node: &mut Inner<K, V>,
     key: K,
     val: V,
-) -> Insert<K, V, Inner<K, V>> {
+) -> Insert<K, V, Box<Inner<K, V>>> {
     let i = node.keys.partition_point(|s| *s <= key);
     match &mut node.kids {
         Kids::Leaves(kids) => {
@@ -443,7 +562,7 @@ fn absorb<K, V, N>(
     i: usize,
     below: Insert<K, V, N>,
     wrap: fn(KidList<N>) -> Kids<K, V>,
-) -> Insert<K, V, Inner<K, V>> {
+) -> Insert<K, V, Box<Inner<K, V>>> {
     match below {
         Insert::Replaced(v) => Insert::Replaced(v),
         Insert::Added => Insert::Added,
@@ -461,7 +580,8 @@ fn absorb<K, V, N>(
 }
 
 type Keys<K> = ArrayVec<K, { INNER_CAP - 1 }>;
-type KidList<N> = ArrayVec<Box<N>, INNER_CAP>;
+/// An inner node's children: [`LeafKid`]s or boxed inner nodes.
+type KidList<N> = ArrayVec<N, INNER_CAP>;
 
 /// Places child `i`'s new right sibling `new` (smallest key `sep`) after it. If the node is
 /// full, it splits: returns the key that goes up and the right node's keys and children.
@@ -470,7 +590,7 @@ fn split_kids<K, N>(
     kids: &mut KidList<N>,
     i: usize,
     sep: K,
-    new: Box<N>,
+    new: N,
 ) -> Option<(K, Keys<K>, KidList<N>)> {
     if !kids.is_full() {
         keys.insert(i, sep);
@@ -501,15 +621,14 @@ fn split_kids<K, N>(
 }
 
 /// Removes `key` below an inner node, then mends the child it came from.
-fn remove_inner<K: Ord + Clone, V>(node: &mut Inner<K, V>, key: &K) -> Option<V> {
+fn remove_inner<K: Ord + Clone + Fingerprint, V>(node: &mut Inner<K, V>, key: &K) -> Option<V> {
     let i = node.keys.partition_point(|s| s <= key);
     match &mut node.kids {
         Kids::Leaves(kids) => {
-            let leaf = &mut kids[i];
-            prefetch(&leaf.keys);
-            let at = leaf.keys.binary_search(key).ok()?;
-            leaf.keys.remove(at);
-            let v = leaf.vals.remove(at);
+            let kid = &mut kids[i];
+            prefetch(&kid.keys);
+            let at = kid.keys.binary_search(key).ok()?;
+            let v = kid.remove_at(at);
             mend_leaf(&mut node.keys, kids, i);
             Some(v)
         }
@@ -531,7 +650,11 @@ fn drop_kid<K, N>(keys: &mut Keys<K>, kids: &mut KidList<N>, i: usize) {
 
 /// After a removal from leaf `i`: an empty leaf goes; one under `LEAF_MIN` merges with a
 /// neighbour or takes half of their entries.
-fn mend_leaf<K: Clone, V>(keys: &mut Keys<K>, kids: &mut KidList<Leaf<K, V>>, i: usize) {
+fn mend_leaf<K: Clone + Fingerprint, V>(
+    keys: &mut Keys<K>,
+    kids: &mut KidList<LeafKid<K, V>>,
+    i: usize,
+) {
     let len = kids[i].keys.len();
     if len == 0 {
         return drop_kid(keys, kids, i);
@@ -541,11 +664,13 @@ fn mend_leaf<K: Clone, V>(keys: &mut Keys<K>, kids: &mut KidList<Leaf<K, V>>, i:
     }
     let l = if i + 1 < kids.len() { i } else { i - 1 };
     let (left, right) = kids.split_at_mut(l + 1);
-    let (left, right) = (&mut left[l], &mut right[0]);
+    let (left_kid, right_kid) = (&mut left[l], &mut right[0]);
+    let (left, right) = (&mut *left_kid.leaf, &mut *right_kid.leaf);
     let total = left.keys.len() + right.keys.len();
     if total <= LEAF_CAP {
         left.keys.extend(right.keys.drain(..));
         left.vals.extend(right.vals.drain(..));
+        left_kid.refresh();
         kids.remove(l + 1);
         keys.remove(l);
         return;
@@ -564,6 +689,8 @@ fn mend_leaf<K: Clone, V>(keys: &mut Keys<K>, kids: &mut KidList<Leaf<K, V>>, i:
         prepend(&mut right.vals, moved_vals);
     }
     keys[l] = right.keys[0].clone();
+    left_kid.refresh();
+    right_kid.refresh();
 }
 
 fn prepend<T, const N: usize>(to: &mut ArrayVec<T, N>, front: ArrayVec<T, N>) {
@@ -573,7 +700,7 @@ fn prepend<T, const N: usize>(to: &mut ArrayVec<T, N>, front: ArrayVec<T, N>) {
 
 /// After a removal below inner child `i`: an empty child goes; a sparse one merges with a
 /// neighbour when both fit in one node.
-fn mend_inner<K, V>(keys: &mut Keys<K>, kids: &mut KidList<Inner<K, V>>, i: usize) {
+fn mend_inner<K, V>(keys: &mut Keys<K>, kids: &mut KidList<Box<Inner<K, V>>>, i: usize) {
     let len = kids[i].kids.len();
     if len == 0 {
         return drop_kid(keys, kids, i);
@@ -630,7 +757,7 @@ impl<'a, K: Ord, V> Range<'a, K, V> {
                     self.stack.push((node, i));
                     match &node.kids {
                         Kids::Leaves(l) => {
-                            self.leaf = Some(&l[i]);
+                            self.leaf = Some(&l[i].leaf);
                             self.at = 0;
                             return true;
                         }
@@ -675,6 +802,20 @@ impl<'a, K: Ord, V> Iterator for Range<'a, K, V> {
 }
 
 #[cfg(test)]
+impl Fingerprint for u16 {
+    fn fingerprint(&self) -> u8 {
+        (u64::from(*self).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8
+    }
+}
+
+#[cfg(test)]
+impl Fingerprint for u32 {
+    fn fingerprint(&self) -> u8 {
+        (u64::from(*self).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
@@ -695,17 +836,45 @@ mod tests {
         ]
     }
 
-    fn check<K: Ord + Clone + std::fmt::Debug, V: PartialEq + std::fmt::Debug>(
+    fn check<K: Ord + Clone + Fingerprint + std::fmt::Debug, V: PartialEq + std::fmt::Debug>(
         tree: &BTree<K, V>,
         model: &BTreeMap<K, V>,
     ) {
+        check_fingerprints(tree);
         check_last_two(tree, model);
         assert_eq!(tree.len(), model.len());
         assert!(tree.iter().eq(model.iter()));
         assert_eq!(tree.last_key_value(), model.last_key_value());
     }
 
-    fn check_last_two<K: Ord + Clone + std::fmt::Debug, V: PartialEq + std::fmt::Debug>(
+    /// Every leaf's fingerprints are those of its keys, and its length is beside them.
+    fn check_fingerprints<K: Fingerprint + std::fmt::Debug, V>(tree: &BTree<K, V>) {
+        fn kid<K: Fingerprint + std::fmt::Debug, V>(k: &LeafKid<K, V>) {
+            let len = k.leaf.keys.len();
+            assert_eq!(
+                k.fps[LEAF_CAP] as usize, len,
+                "length beside the fingerprints"
+            );
+            for (i, key) in k.leaf.keys.iter().enumerate() {
+                assert_eq!(k.fps[i], key.fingerprint(), "fingerprint of {key:?} at {i}");
+            }
+        }
+        fn inner<K: Fingerprint + std::fmt::Debug, V>(n: &Inner<K, V>) {
+            match &n.kids {
+                Kids::Leaves(ls) => ls.iter().for_each(kid),
+                Kids::Inners(ns) => ns.iter().for_each(|n| inner(n)),
+            }
+        }
+        match &tree.root {
+            Node::Leaf(l) => kid(l),
+            Node::Inner(n) => inner(n),
+        }
+    }
+
+    fn check_last_two<
+        K: Ord + Clone + Fingerprint + std::fmt::Debug,
+        V: PartialEq + std::fmt::Debug,
+    >(
         tree: &BTree<K, V>,
         model: &BTreeMap<K, V>,
     ) {
@@ -782,6 +951,38 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Keys whose fingerprints all collide: a lookup then compares every key of the leaf.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    struct Clash(u32);
+    impl Fingerprint for Clash {
+        fn fingerprint(&self) -> u8 {
+            (self.0 % 3) as u8
+        }
+    }
+
+    #[test]
+    fn lookups_pass_over_keys_with_the_same_fingerprint() {
+        let mut tree = BTree::new();
+        let mut model = BTreeMap::new();
+        let n = 20_000u32;
+        for i in 0..n {
+            let k = Clash(i.wrapping_mul(7919) % n);
+            tree.insert(k, i);
+            model.insert(k, i);
+        }
+        for i in (0..n).step_by(3) {
+            assert_eq!(tree.remove(&Clash(i)), model.remove(&Clash(i)));
+        }
+        check(&tree, &model);
+        for i in 0..n + 100 {
+            assert_eq!(tree.get(&Clash(i)), model.get(&Clash(i)), "key {i}");
+        }
+        if let Some(v) = tree.get_mut(&Clash(1)) {
+            *v = 7;
+        }
+        assert_eq!(tree.get(&Clash(1)), Some(&7));
     }
 
     #[test]
