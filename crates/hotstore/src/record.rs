@@ -160,13 +160,13 @@ pub fn checksum(segment_id: u64, header_tail: &[u8], key: &[u8], value: &[u8]) -
 /// The part of the checksum over key and value: computed before the header is known (the
 /// lsn is only assigned under the index lock), so the expensive part runs outside any lock.
 pub fn body_checksum(key: &[u8], value: &[u8]) -> u32 {
-    crate::checksum::crc32c_append(crc32c::crc32c(key), value)
+    crate::checksum::crc32c_append(crate::checksum::crc32c(key), value)
 }
 
 /// Completes a checksum started by [`body_checksum`].
 pub fn finish_checksum(body: u32, segment_id: u64, header_tail: &[u8]) -> u32 {
-    crc32c::crc32c_append(
-        crc32c::crc32c_append(body, header_tail),
+    crate::checksum::crc32c_append(
+        crate::checksum::crc32c_append(body, header_tail),
         &segment_id.to_le_bytes(),
     )
 }

@@ -451,7 +451,7 @@ impl<E> Index<E> {
     /// The number of the shard holding the event with this prefix.
     pub fn event_shard_no(&self, prefix: &[u8]) -> usize {
         debug_assert_eq!(prefix.len(), self.prefix_len);
-        (crc32c::crc32c(prefix) as usize) & (SHARDS - 1)
+        (crate::checksum::crc32c(prefix) as usize) & (SHARDS - 1)
     }
 
     /// The number of the shard responsible for `key`.
@@ -462,7 +462,7 @@ impl<E> Index<E> {
             key
         };
         // crc32c is a hardware instruction here and spreads sequential event numbers well.
-        (crc32c::crc32c(hashed) as usize) & (SHARDS - 1)
+        (crate::checksum::crc32c(hashed) as usize) & (SHARDS - 1)
     }
 
     /// All shards (for scans and statistics).

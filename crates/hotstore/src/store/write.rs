@@ -29,7 +29,7 @@ impl Store {
         let value_len: usize = parts.iter().map(|p| p.len()).sum();
         check_value(value_len)?;
         self.inner.check_poisoned()?;
-        let mut body_crc = crc32c::crc32c(key);
+        let mut body_crc = crate::checksum::crc32c(key);
         for p in parts {
             body_crc = crate::checksum::crc32c_append(body_crc, p);
         }
