@@ -152,6 +152,13 @@ impl<K: Fingerprint + Eq, V> LeafKid<K, V> {
     fn find(&self, key: &K) -> Option<usize> {
         let len = self.fps[LEAF_CAP] as usize;
         let mut candidates = matches(&self.fps, key.fingerprint()) & ((1u64 << len) - 1);
+        if candidates != 0 {
+            // The value's line (and the one holding the values' length, read by the caller's
+            // bounds check) requested now, with the key's, rather than after the comparison.
+            let first = candidates.trailing_zeros() as usize;
+            prefetch_one(self.leaf.vals.as_ptr().wrapping_add(first));
+            prefetch_one(&self.leaf.vals);
+        }
         while candidates != 0 {
             let i = candidates.trailing_zeros() as usize;
             if self.leaf.keys.get(i) == Some(key) {
@@ -161,6 +168,19 @@ impl<K: Fingerprint + Eq, V> LeafKid<K, V> {
         }
         None
     }
+}
+
+/// Asks the CPU to load the cache line at `at` (a hint: never faults).
+#[inline]
+fn prefetch_one<T>(at: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // Safety: SSE is part of x86_64; a prefetch is a hint that never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at as *const i8) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
 }
 
 /// Bit `i` set where `fps[i] == fp`.
