@@ -171,6 +171,13 @@ pub struct Report {
     limit_name: String,
     limit_bytes_per_sec: f64,
     ratio: f64,
+    /// Persisted put on a disk: the device doing the same work (a sync per record-sized write).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    synced_limit_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    synced_limit_bytes_per_sec: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    synced_ratio: Option<f64>,
     repeat: usize,
     runs: Vec<Run>,
     /// Peers measured in the same run (`--vs`), medians of as many runs.
@@ -423,6 +430,7 @@ pub fn run(cfg: &Config) -> Result<Report> {
         Op::Put => limits::write_limit_for(&base, cfg.threads, LIMIT_RUN),
         Op::Get => limits::memcpy_bandwidth(cfg.threads, MEMCPY_BUFFER_BYTES, LIMIT_RUN, 3),
     };
+    let synced_limit = synced_limit(&base, cfg);
     let mut runs = Vec::with_capacity(cfg.repeat);
     let mut domain = (Domain::Volatile, "mapped");
     let mut key_count = None;
@@ -523,6 +531,9 @@ pub fn run(cfg: &Config) -> Result<Report> {
     let copy_ratio = m
         .copy_bytes_per_sec
         .map(|b| b / limit.bytes_per_sec.max(1e-9));
+    let synced_ratio = synced_limit
+        .as_ref()
+        .map(|l| m.bytes_per_sec / l.bytes_per_sec.max(1e-9));
     Ok(Report {
         op: cfg.op,
         value_size: cfg.value_size,
@@ -552,6 +563,9 @@ pub fn run(cfg: &Config) -> Result<Report> {
         limit_name: limit.name,
         limit_bytes_per_sec: limit.bytes_per_sec,
         ratio,
+        synced_limit_name: synced_limit.as_ref().map(|l| l.name.clone()),
+        synced_limit_bytes_per_sec: synced_limit.map(|l| l.bytes_per_sec),
+        synced_ratio,
         repeat: cfg.repeat,
         runs,
         peers,
@@ -559,6 +573,23 @@ pub fn run(cfg: &Config) -> Result<Report> {
         ratio_vs_lmdb,
     })
 }
+
+/// For a Persisted put on a disk: the device's rate for O_DIRECT writes of one record's size
+/// (value, header and key, padded to 4 KiB), each synced, into a new file: what a Persisted put
+/// into a fresh store must do. The no-sync limit beside it is what a put cannot reach while
+/// every acknowledgement waits for the device. `None` otherwise, or where the probe fails.
+fn synced_limit(base: &std::path::Path, cfg: &Config) -> Option<Limit> {
+    if cfg.op != Op::Put || cfg.durability != Durability::Persisted || limits::is_memory_fs(base) {
+        return None;
+    }
+    let block = (cfg.value_size as usize + SYNCED_RECORD_OVERHEAD)
+        .next_multiple_of(4096)
+        .min(64 << 20);
+    limits::direct_synced_write_bandwidth(base, block, LIMIT_RUN, 4 << 30, 3).ok()
+}
+
+/// Header and a 16-byte key: what a record adds to its value, rounded up.
+const SYNCED_RECORD_OVERHEAD: usize = 64;
 
 fn rate(ops: f64, bytes: f64) -> String {
     format!("{} ops/s, {}/s", human_count(ops), human_bytes(bytes))
@@ -666,6 +697,16 @@ impl fmt::Display for Report {
         let mut ratio = format!("ratio:  {:.3} of the limit", r.ratio);
         if let Some(c) = r.copy_ratio {
             ratio += &format!(" (copying get: {c:.3})");
+        }
+        if let (Some(name), Some(b), Some(q)) = (
+            &r.synced_limit_name,
+            r.synced_limit_bytes_per_sec,
+            r.synced_ratio,
+        ) {
+            ratio += &format!(
+                "\nsynced: {name}: {}/s (the same work as a Persisted put); ratio {q:.3}",
+                human_bytes(b)
+            );
         }
         write!(f, "{ratio}")
     }

@@ -209,7 +209,7 @@ pub fn direct_write_bandwidth(
 
     let mut rates = Vec::with_capacity(repeats.max(1));
     for _ in 0..repeats.max(1) {
-        rates.push(direct_write_run(dir, buf.as_slice(), duration, cap)?);
+        rates.push(direct_write_run(dir, buf.as_slice(), duration, cap, false)?);
     }
     Ok(Limit {
         name: format!(
@@ -220,8 +220,52 @@ pub fn direct_write_bandwidth(
     })
 }
 
-/// One timed run on a fresh temporary file; returns bytes written per second.
-fn direct_write_run(dir: &Path, block: &[u8], duration: Duration, cap: u64) -> io::Result<f64> {
+/// What a durable-on-return write of `block_bytes` costs the device: O_DIRECT sequential writes
+/// of `block_bytes` into a new file, each followed by `fdatasync` (the work a Persisted put
+/// does, where [`direct_write_bandwidth`] syncs once at the end). The file grows to `max_bytes`
+/// at most (then it is rewritten), so runs shorter than that write only new blocks, as a fresh
+/// store does. Median of `repeats` runs; same errors as [`direct_write_bandwidth`].
+pub fn direct_synced_write_bandwidth(
+    dir: &Path,
+    block_bytes: usize,
+    duration: Duration,
+    max_bytes: u64,
+    repeats: usize,
+) -> io::Result<Limit> {
+    if block_bytes == 0
+        || !block_bytes.is_multiple_of(DIRECT_ALIGN)
+        || max_bytes < block_bytes as u64
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("O_DIRECT block size {block_bytes} is not a non-zero multiple of {DIRECT_ALIGN} up to {max_bytes}"),
+        ));
+    }
+    let cap = max_bytes - max_bytes % block_bytes as u64;
+    let mut buf = AlignedBuf::new(block_bytes)?;
+    rand::Rng::fill(&mut rand::thread_rng(), buf.as_mut_slice());
+    let mut rates = Vec::with_capacity(repeats.max(1));
+    for _ in 0..repeats.max(1) {
+        rates.push(direct_write_run(dir, buf.as_slice(), duration, cap, true)?);
+    }
+    Ok(Limit {
+        name: format!(
+            "O_DIRECT sequential write + fdatasync per {} block, new file",
+            exact_bytes(block_bytes as u64)
+        ),
+        bytes_per_sec: median(&rates).unwrap_or(0.0),
+    })
+}
+
+/// One timed run on a fresh temporary file; returns bytes written per second. `sync_each`:
+/// `fdatasync` after every block (else once at the end).
+fn direct_write_run(
+    dir: &Path,
+    block: &[u8],
+    duration: Duration,
+    cap: u64,
+    sync_each: bool,
+) -> io::Result<f64> {
     // The guard deletes the file when dropped, including on the error paths below.
     let guard = tempfile::Builder::new()
         .prefix(".hotstore-limits-")
@@ -262,6 +306,14 @@ fn direct_write_run(dir: &Path, block: &[u8], duration: Duration, cap: u64) -> i
                 )
             }
         })?;
+        if sync_each {
+            file.sync_data().map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("fdatasync of {} failed: {e}", guard.path().display()),
+                )
+            })?;
+        }
         written += len;
         offset += len;
         if offset >= cap {
@@ -441,7 +493,23 @@ mod tests {
             }
             Err(e) => eprintln!("O_DIRECT under {}: {e}", dir.display()),
         }
-        // The temporary file is removed whether the measurement worked or not.
+        match direct_synced_write_bandwidth(
+            tmp.path(),
+            12 << 10,
+            Duration::from_millis(50),
+            64 << 20,
+            1,
+        ) {
+            Ok(limit) => {
+                assert_eq!(
+                    limit.name,
+                    "O_DIRECT sequential write + fdatasync per 12 KiB block, new file"
+                );
+                assert!(limit.bytes_per_sec > 0.0, "{limit:?}");
+            }
+            Err(e) => eprintln!("O_DIRECT with syncs under {}: {e}", dir.display()),
+        }
+        // The temporary files are removed whether the measurements worked or not.
         let left: Vec<_> = std::fs::read_dir(tmp.path()).expect("read_dir").collect();
         assert!(left.is_empty(), "left behind: {left:?}");
     }
@@ -484,5 +552,12 @@ mod tests {
             kind(direct_write_bandwidth(tmp.path(), 4096, d, 100, 1)),
             invalid
         );
+        for (block, max) in [(0, 1 << 20), (1000, 1 << 20), (4096, 100)] {
+            assert_eq!(
+                kind(direct_synced_write_bandwidth(tmp.path(), block, d, max, 1)),
+                invalid,
+                "block {block}, max {max}"
+            );
+        }
     }
 }

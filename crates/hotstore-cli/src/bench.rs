@@ -70,7 +70,9 @@ pub struct BenchArgs {
     duration: f64,
     /// Print one JSON object: ops_per_sec, bytes_per_sec, limit_name, limit_bytes_per_sec,
     /// ratio, op, value_size, threads, durability, duration_secs (measured window), dir,
-    /// domain, runs, and more.
+    /// domain, runs, and more; a Persisted put on a disk adds synced_limit_name,
+    /// synced_limit_bytes_per_sec and synced_ratio (the device doing the same work: each
+    /// record-sized direct write synced).
     #[arg(long)]
     json: bool,
     /// get only: keys to populate (default: about 256 MiB of values, at most 1048576 keys).

@@ -362,6 +362,48 @@ fn hotstore_words(args: &str) -> Output {
     hotstore(&args.split_whitespace().collect::<Vec<_>>())
 }
 
+/// A Persisted put on a disk also reports the device doing the same work: record-sized direct
+/// writes, each synced (`synced_*`), beside the no-sync limit.
+#[test]
+fn bench_put_persisted_on_a_disk_reports_the_synced_limit() {
+    if !std::path::Path::new("/var/tmp").is_dir() {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let o = hotstore(&[
+        "bench",
+        "put",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--duration",
+        "0.2",
+        "--json",
+        "--value-size",
+        "100",
+        "--keep",
+        "1000",
+        "--capacity",
+        "256MiB",
+        "--segment-size",
+        "4MiB",
+    ]);
+    let v = check_bench_json(&o, "put");
+    let name = v["synced_limit_name"].as_str().unwrap_or("");
+    if name.is_empty() {
+        // O_DIRECT refused under /var/tmp (some file systems): no synced limit, no ratio.
+        assert!(v.get("synced_ratio").is_none(), "{v}");
+        return;
+    }
+    assert_eq!(
+        name,
+        "O_DIRECT sequential write + fdatasync per 4 KiB block, new file"
+    );
+    let limit = v["synced_limit_bytes_per_sec"].as_f64().unwrap();
+    assert!(limit > 0.0, "{v}");
+    let ratio = v["bytes_per_sec"].as_f64().unwrap() / limit;
+    assert!((ratio - v["synced_ratio"].as_f64().unwrap()).abs() < 1e-9 * ratio.max(1.0));
+}
+
 #[test]
 fn bench_put_and_get_print_their_json_fields() {
     // Fix (CI failure once puts reached 5-6 M/s): without `--keep` the store fills at the
