@@ -16,8 +16,9 @@
 //! once, so every leaf but an empty root holds an entry. Inner nodes can stay sparse after many
 //! random removals (a small share of the memory: one inner node per [`INNER_CAP`] children).
 //!
-//! Safe code only: nodes are boxes, the children of an inner node are all leaves or all inner
-//! nodes (every leaf is at the same depth).
+//! Safe code apart from CPU intrinsics (prefetch hints, the SSE2 fingerprint compare): nodes are
+//! boxes, the children of an inner node are all leaves or all inner nodes (every leaf is at the
+//! same depth).
 
 use arrayvec::ArrayVec;
 use std::cmp::Ordering;
