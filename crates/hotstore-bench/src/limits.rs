@@ -185,6 +185,34 @@ pub fn direct_write_bandwidth(
     max_bytes: u64,
     repeats: usize,
 ) -> io::Result<Limit> {
+    direct_write_limit(dir, block_bytes, duration, max_bytes, repeats, false)
+}
+
+/// What a durable-on-return write of `block_bytes` costs the device: O_DIRECT sequential writes
+/// of `block_bytes` into a new file, each followed by `fdatasync` (the work a Persisted put
+/// does, where [`direct_write_bandwidth`] syncs once at the end). The file grows to `max_bytes`
+/// at most (then it is rewritten), so runs shorter than that write only new blocks, as a fresh
+/// store does. Median of `repeats` runs; same errors as [`direct_write_bandwidth`].
+pub fn direct_synced_write_bandwidth(
+    dir: &Path,
+    block_bytes: usize,
+    duration: Duration,
+    max_bytes: u64,
+    repeats: usize,
+) -> io::Result<Limit> {
+    direct_write_limit(dir, block_bytes, duration, max_bytes, repeats, true)
+}
+
+/// The median of `repeats` (at least 1) [`direct_write_run`]s after checking the sizes, named
+/// for what it measured.
+fn direct_write_limit(
+    dir: &Path,
+    block_bytes: usize,
+    duration: Duration,
+    max_bytes: u64,
+    repeats: usize,
+    sync_each: bool,
+) -> io::Result<Limit> {
     if block_bytes == 0 || !block_bytes.is_multiple_of(DIRECT_ALIGN) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -209,50 +237,21 @@ pub fn direct_write_bandwidth(
 
     let mut rates = Vec::with_capacity(repeats.max(1));
     for _ in 0..repeats.max(1) {
-        rates.push(direct_write_run(dir, buf.as_slice(), duration, cap, false)?);
+        rates.push(direct_write_run(
+            dir,
+            buf.as_slice(),
+            duration,
+            cap,
+            sync_each,
+        )?);
     }
+    let block = exact_bytes(block);
     Ok(Limit {
-        name: format!(
-            "O_DIRECT sequential write, {} blocks",
-            exact_bytes(block_bytes as u64)
-        ),
-        bytes_per_sec: median(&rates).unwrap_or(0.0),
-    })
-}
-
-/// What a durable-on-return write of `block_bytes` costs the device: O_DIRECT sequential writes
-/// of `block_bytes` into a new file, each followed by `fdatasync` (the work a Persisted put
-/// does, where [`direct_write_bandwidth`] syncs once at the end). The file grows to `max_bytes`
-/// at most (then it is rewritten), so runs shorter than that write only new blocks, as a fresh
-/// store does. Median of `repeats` runs; same errors as [`direct_write_bandwidth`].
-pub fn direct_synced_write_bandwidth(
-    dir: &Path,
-    block_bytes: usize,
-    duration: Duration,
-    max_bytes: u64,
-    repeats: usize,
-) -> io::Result<Limit> {
-    if block_bytes == 0
-        || !block_bytes.is_multiple_of(DIRECT_ALIGN)
-        || max_bytes < block_bytes as u64
-    {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("O_DIRECT block size {block_bytes} is not a non-zero multiple of {DIRECT_ALIGN} up to {max_bytes}"),
-        ));
-    }
-    let cap = max_bytes - max_bytes % block_bytes as u64;
-    let mut buf = AlignedBuf::new(block_bytes)?;
-    rand::Rng::fill(&mut rand::thread_rng(), buf.as_mut_slice());
-    let mut rates = Vec::with_capacity(repeats.max(1));
-    for _ in 0..repeats.max(1) {
-        rates.push(direct_write_run(dir, buf.as_slice(), duration, cap, true)?);
-    }
-    Ok(Limit {
-        name: format!(
-            "O_DIRECT sequential write + fdatasync per {} block, new file",
-            exact_bytes(block_bytes as u64)
-        ),
+        name: if sync_each {
+            format!("O_DIRECT sequential write + fdatasync per {block} block, new file")
+        } else {
+            format!("O_DIRECT sequential write, {block} blocks")
+        },
         bytes_per_sec: median(&rates).unwrap_or(0.0),
     })
 }
