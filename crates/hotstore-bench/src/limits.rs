@@ -26,8 +26,9 @@ const DIRECT_BLOCK_BYTES: usize = 1 << 20;
 /// Most disk space `write_limit_for` uses for its temporary file: more than a run writes, so
 /// every block is new, as for a store filling fresh segments and for fio over a large file.
 /// Fix: with 512 MiB a 300 ms run on this disk wrapped around and spent most of its time
-/// overwriting blocks it had just allocated, which this virtio disk takes about twice as
-/// fast (4.0-4.8 GB/s, while fio runs in the same minutes wrote new blocks at 2.0-2.6).
+/// overwriting blocks it had just allocated, which this virtio disk takes 1.4-2x as fast
+/// (1 s runs alternated: 2.3-2.5 GB/s overwriting, 1.6-1.7 writing new blocks; in another
+/// hour the old limit read 4.0-4.8 while fio wrote new blocks at 2.0-2.6).
 const DIRECT_MAX_BYTES: u64 = 8 << 30;
 /// Runs `write_limit_for` takes the median of.
 const REPEATS: usize = 3;
