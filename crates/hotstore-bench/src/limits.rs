@@ -234,53 +234,79 @@ fn direct_write_limit(
             format!("max_bytes {max_bytes} is smaller than one {block_bytes}-byte block"),
         ));
     }
-    // Whole blocks only, so every offset stays aligned.
-    let cap = max_bytes - max_bytes % block;
+    let cap = probe_cap(max_bytes, hotstore::free_space_bytes(dir), block)
+        .map_err(|e| io::Error::new(e.kind(), format!("{e} under {}", dir.display())))?;
 
     let mut buf = AlignedBuf::new(block_bytes)?;
     // Random contents, so a compressing or deduplicating device cannot flatter the result.
     rand::Rng::fill(&mut rand::thread_rng(), buf.as_mut_slice());
 
     let mut rates = Vec::with_capacity(repeats.max(1));
+    let mut wrapped = false;
     for _ in 0..repeats.max(1) {
-        rates.push(direct_write_run(
-            dir,
-            buf.as_slice(),
-            duration,
-            cap,
-            sync_each,
-        )?);
+        let (rate, run_wrapped) = direct_write_run(dir, buf.as_slice(), duration, cap, sync_each)?;
+        rates.push(rate);
+        wrapped |= run_wrapped;
     }
     let block = exact_bytes(block);
+    let mut name = if sync_each {
+        format!("O_DIRECT sequential write + fdatasync per {block} block, new file")
+    } else {
+        format!("O_DIRECT sequential write, {block} blocks")
+    };
+    if wrapped {
+        // Rewriting blocks is faster than writing new ones on some devices: say so.
+        name.push_str(&format!(
+            " (file wrapped at {}: partly overwrites)",
+            exact_bytes(cap)
+        ));
+    }
     Ok(Limit {
-        name: if sync_each {
-            format!("O_DIRECT sequential write + fdatasync per {block} block, new file")
-        } else {
-            format!("O_DIRECT sequential write, {block} blocks")
-        },
+        name,
         bytes_per_sec: median(&rates).unwrap_or(0.0),
     })
 }
 
-/// One timed run on a fresh temporary file; returns bytes written per second. `sync_each`:
-/// `fdatasync` after every block (else once at the end).
+/// The size of the limit's temporary file: `max_bytes`, at most half the free space (the
+/// probe must not fill a device other writers use), in whole blocks (so every offset stays
+/// aligned). `StorageFull` if that is not even one block.
+fn probe_cap(max_bytes: u64, free: Option<u64>, block: u64) -> io::Result<u64> {
+    let cap = free.map_or(max_bytes, |f| max_bytes.min(f / 2));
+    let cap = cap - cap % block;
+    if cap == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!(
+                "{} free: too little for a {}-block O_DIRECT probe file",
+                exact_bytes(free.unwrap_or(0)),
+                exact_bytes(block)
+            ),
+        ));
+    }
+    Ok(cap)
+}
+
+/// One timed run on a fresh temporary file; returns bytes written per second and whether the
+/// file wrapped (some blocks were written twice). `sync_each`: `fdatasync` after every block
+/// (else once at the end).
 fn direct_write_run(
     dir: &Path,
     block: &[u8],
     duration: Duration,
     cap: u64,
     sync_each: bool,
-) -> io::Result<f64> {
-    // The guard deletes the file when dropped, including on the error paths below.
-    let guard = tempfile::Builder::new()
-        .prefix(".hotstore-limits-")
-        .tempfile_in(dir)
-        .map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot create a temporary file in {}: {e}", dir.display()),
-            )
-        })?;
+) -> io::Result<(f64, bool)> {
+    // In a scratch directory: removed when dropped (the error paths below included) and on
+    // SIGINT/SIGTERM, so a stopped benchmark does not leave gigabytes behind.
+    let scratch = crate::scratch::ScratchDir::new_in(dir, "limit")
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let path = scratch.path().join("probe");
+    std::fs::File::create(&path).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot create a temporary file in {}: {e}", dir.display()),
+        )
+    })?;
     let refused = |e: io::Error| {
         io::Error::new(
             e.kind(),
@@ -292,7 +318,7 @@ fn direct_write_run(
     };
     // A second descriptor opened with O_DIRECT; EINVAL here means the file system does
     // not support it.
-    let file = open_direct(guard.path()).map_err(refused)?;
+    let file = open_direct(&path).map_err(refused)?;
 
     let len = block.len() as u64;
     let mut offset = 0u64;
@@ -300,12 +326,14 @@ fn direct_write_run(
     let start = Instant::now();
     let deadline = start + duration;
     let mut cap = cap;
+    let mut wrapped = false;
     loop {
         let wrote = file.write_all_at(block, offset);
         if matches!(&wrote, Err(e) if e.raw_os_error() == Some(libc::ENOSPC)) && offset > 0 {
-            // A nearly full device: the file wraps where the space ended (then overwriting).
+            // The device filled meanwhile: the file wraps where the space ended.
             cap = offset;
             offset = 0;
+            wrapped = true;
             continue;
         }
         wrote.map_err(|e| {
@@ -315,7 +343,7 @@ fn direct_write_run(
             } else {
                 io::Error::new(
                     e.kind(),
-                    format!("O_DIRECT write to {} failed: {e}", guard.path().display()),
+                    format!("O_DIRECT write to {} failed: {e}", path.display()),
                 )
             }
         })?;
@@ -323,7 +351,7 @@ fn direct_write_run(
             file.sync_data().map_err(|e| {
                 io::Error::new(
                     e.kind(),
-                    format!("fdatasync of {} failed: {e}", guard.path().display()),
+                    format!("fdatasync of {} failed: {e}", path.display()),
                 )
             })?;
         }
@@ -331,6 +359,7 @@ fn direct_write_run(
         offset += len;
         if offset >= cap {
             offset = 0;
+            wrapped = true;
         }
         if Instant::now() >= deadline {
             break;
@@ -341,13 +370,13 @@ fn direct_write_run(
     file.sync_data().map_err(|e| {
         io::Error::new(
             e.kind(),
-            format!("fdatasync of {} failed: {e}", guard.path().display()),
+            format!("fdatasync of {} failed: {e}", path.display()),
         )
     })?;
     let elapsed = start.elapsed();
     drop(file);
-    guard.close()?;
-    Ok(per_sec(written, elapsed))
+    drop(scratch);
+    Ok((per_sec(written, elapsed), wrapped))
 }
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -497,15 +526,46 @@ mod tests {
         assert!(!is_memory_fs(Path::new("/nonexistent/hotstore/limits")));
     }
 
+    /// Fix (found in review): with an 8 GiB file, the probe filled a device with less free
+    /// space than one run writes, to the last byte, under whatever else was writing there.
+    #[test]
+    fn the_probe_file_takes_at_most_half_the_free_space() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(probe_cap(8 << 30, None, MIB).unwrap(), 8 << 30);
+        assert_eq!(probe_cap(8 << 30, Some(100 * MIB), MIB).unwrap(), 50 * MIB);
+        assert_eq!(probe_cap(8 << 30, Some(101 * MIB), MIB).unwrap(), 50 * MIB);
+        assert_eq!(probe_cap(4 * MIB, Some(100 * MIB), MIB).unwrap(), 4 * MIB);
+        let e = probe_cap(8 << 30, Some(MIB), MIB).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::StorageFull);
+        assert!(e.to_string().contains("too little"), "{e}");
+    }
+
     fn check_direct_write(dir: &Path) {
         let tmp = tempfile::tempdir_in(dir).expect("tempdir");
         match direct_write_bandwidth(tmp.path(), 1 << 20, Duration::from_millis(100), 64 << 20, 2) {
             Ok(limit) => {
-                assert_eq!(limit.name, "O_DIRECT sequential write, 1 MiB blocks");
+                // A fast device fills 64 MiB in 100 ms: the name then says it wrapped.
+                assert!(
+                    limit
+                        .name
+                        .starts_with("O_DIRECT sequential write, 1 MiB blocks"),
+                    "{limit:?}"
+                );
                 assert!(limit.bytes_per_sec > 0.0, "{limit:?}");
             }
             Err(e) => eprintln!("O_DIRECT under {}: {e}", dir.display()),
         }
+        // A file of one block wraps at once: the limit says it measured overwrites.
+        if let Ok(limit) =
+            direct_write_bandwidth(tmp.path(), 1 << 20, Duration::from_millis(20), 1 << 20, 1)
+        {
+            assert_eq!(
+                limit.name,
+                "O_DIRECT sequential write, 1 MiB blocks (file wrapped at 1 MiB: partly overwrites)"
+            );
+        }
+        // Every probe file is gone, wrapped or not.
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
         match direct_synced_write_bandwidth(
             tmp.path(),
             12 << 10,
@@ -514,9 +574,12 @@ mod tests {
             1,
         ) {
             Ok(limit) => {
-                assert_eq!(
-                    limit.name,
-                    "O_DIRECT sequential write + fdatasync per 12 KiB block, new file"
+                // Where syncs cost nothing (tmpfs), 64 MiB fill in 50 ms and the file wraps.
+                assert!(
+                    limit.name.starts_with(
+                        "O_DIRECT sequential write + fdatasync per 12 KiB block, new file"
+                    ),
+                    "{limit:?}"
                 );
                 assert!(limit.bytes_per_sec > 0.0, "{limit:?}");
             }

@@ -404,6 +404,69 @@ fn bench_put_persisted_on_a_disk_reports_the_synced_limit() {
     assert!((ratio - v["synced_ratio"].as_f64().unwrap()).abs() < 1e-9 * ratio.max(1.0));
 }
 
+/// Fix (found in review): the device limit's probe file was a plain temporary file, left
+/// behind (up to gigabytes) by a benchmark stopped with SIGTERM while measuring. It now lives
+/// in a scratch directory that the stop removes.
+#[test]
+fn a_stop_while_measuring_the_disk_limit_leaves_no_probe_file() {
+    if !std::path::Path::new("/var/tmp").is_dir() {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let mut child = {
+        let _guard = fork_guard();
+        Command::new(BIN)
+            .args([
+                "bench",
+                "put",
+                "--dir",
+                dir.path().to_str().unwrap(),
+                "--value-size",
+                "1MiB",
+                "--durability",
+                "persisted",
+                "--duration",
+                "5",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run hotstore")
+    };
+    let entries = || -> Vec<String> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    // The probe: a scratch directory now, a hidden file before the fix.
+    let probing = || {
+        entries()
+            .iter()
+            .any(|n| n.starts_with("hotstore-limit-") || n.starts_with(".hotstore-limits-"))
+    };
+    // Signalled once the probe exists (an O_DIRECT-less file system never makes one: then
+    // the run is simply stopped).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !probing() && std::time::Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let probed = probing();
+    // Safety: a plain kill(2) of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    child.wait().unwrap();
+    eprintln!("signalled while probing: {probed}");
+    assert_eq!(
+        entries(),
+        Vec::<String>::new(),
+        "left behind by the stopped run"
+    );
+}
+
 #[test]
 fn bench_put_and_get_print_their_json_fields() {
     // Fix (CI failure once puts reached 5-6 M/s): without `--keep` the store fills at the
