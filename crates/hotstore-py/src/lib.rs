@@ -755,8 +755,7 @@ impl Store {
 
     /// Parks events delivered `max` times without an ack as POISONED (0: never).
     fn set_max_deliveries(&self, max: u32) -> PyResult<()> {
-        self.shared.engine()?.set_max_deliveries(max);
-        Ok(())
+        self.shared.engine()?.set_max_deliveries(max).py()
     }
 
     /// One event's state, fragments and bytes as a dict, or None.

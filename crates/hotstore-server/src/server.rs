@@ -66,7 +66,7 @@ pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         }
         store.set_event_policy(policy)?;
     }
-    store.set_max_deliveries(config.max_deliveries);
+    store.set_max_deliveries(config.max_deliveries)?;
     spawn_on(config, Arc::new(store), None)
 }
 

@@ -227,6 +227,16 @@ fn a_poisoned_event_is_parked_and_claimed_by_its_id() {
     assert_eq!(call(&mut c, &["EVENT.NEXT"]), Value::Bulk(None), "parked");
     let range = call(&mut c, &["EVENT.RANGE", "3", "0", "10"]);
     assert_eq!(range.items()[0].items()[1].text(), "poisoned");
+    // Fix (found in review): LIMIT 0 walked the whole store, a huge LIMIT was no limit.
+    for bad in ["0", "10001", "18446744073709551615"] {
+        let r = call(&mut c, &["EVENT.RANGE", "3", "0", "10", "LIMIT", bad]);
+        assert!(
+            matches!(&r, Value::Error(e) if e.contains("LIMIT must be 1 to 10000")),
+            "LIMIT {bad}: {r:?}"
+        );
+    }
+    let one = call(&mut c, &["EVENT.RANGE", "3", "0", "10", "LIMIT", "1"]);
+    assert_eq!(one.items().len(), 1);
     let wrong = call(&mut c, &["EVENT.CLAIM", "3", "2"]);
     assert!(
         matches!(&wrong, Value::Error(e) if e.starts_with("NOEVENT")),

@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 
 mod checksum;
+mod clock;
 mod commit;
 mod error;
 mod events;
@@ -41,7 +42,7 @@ mod verify;
 pub use error::{Error, Result};
 pub use events::{
     Ack, Claim, ClaimToken, ConsumerInfo, EventCounts, EventId, EventInfo, EventPolicy, EventState,
-    GroupInfo, PendingClaim, MAX_EXPECTED_FRAGMENTS, MAX_GROUPS, MAX_GROUP_NAME,
+    GroupInfo, PendingClaim, MAX_DELIVERIES, MAX_EXPECTED_FRAGMENTS, MAX_GROUPS, MAX_GROUP_NAME,
 };
 pub use key::{FragmentKey, KeyField, KeyLayout, MAX_KEY_LEN};
 pub use medium::{free_space_bytes, Domain};

@@ -439,7 +439,7 @@ fn acknowledged_set_outlives_recycled_removal_records() {
 fn an_event_delivered_too_often_is_parked_as_poisoned() {
     let m = FaultMedium::new("poison");
     let s = store_expecting(&m, 1);
-    s.set_max_deliveries(2);
+    s.set_max_deliveries(2).unwrap();
     put_event(&s, 5, 1, 1, Durability::Memory);
     put_event(&s, 5, 2, 1, Durability::Memory);
     let id = EventId::new(5, 1);
@@ -511,4 +511,57 @@ fn an_event_of_many_fragments_is_read_whole_and_in_order() {
         seen.len()
     );
     assert!(claim.fragments().unwrap() == want);
+}
+
+/// Fix (found in review): `Duration::MAX` as a lease or a wait ("forever") overflowed
+/// `Instant` and panicked after the claim had taken the event off its READY queue: the event
+/// was lost until a reopen. A huge incomplete-event timeout panicked the put the same way.
+#[test]
+fn forever_as_a_lease_a_wait_or_a_timeout_panics_nothing_and_loses_nothing() {
+    let m = FaultMedium::new("forever");
+    let s = store_expecting(&m, 1);
+    put_event(&s, 1, 1, 1, Durability::Memory);
+    let c = s
+        .next_event("a", Duration::MAX)
+        .unwrap()
+        .expect("READY event");
+    assert_eq!(c.event(), &EventId::new(1, 1));
+    assert_eq!(
+        s.event_info(&EventId::new(1, 1)).unwrap().state,
+        EventState::Claimed
+    );
+    c.ack(Ack::Remove).unwrap();
+    put_event(&s, 1, 2, 1, Durability::Memory);
+    let c = s
+        .next_event_wait("a", Duration::MAX, Duration::MAX)
+        .unwrap()
+        .expect("READY event");
+    assert_eq!(c.event(), &EventId::new(1, 2));
+    c.ack(Ack::Remove).unwrap();
+    let mut policy = EventPolicy::expecting(2);
+    policy.incomplete_timeout_ms = u64::MAX;
+    s.set_event_policy(policy).unwrap();
+    put_event(&s, 1, 3, 1, Durability::Memory);
+    assert_eq!(
+        s.event_info(&EventId::new(1, 3)).unwrap().state,
+        EventState::Open
+    );
+    let r = s
+        .reserve_with(b"plain key", 10, Some(Duration::MAX))
+        .unwrap();
+    r.commit(Durability::Memory).unwrap();
+}
+
+/// Fix (found in review): deliveries are counted in a byte, so a maximum over 255 was never
+/// reached and nothing was parked; it is refused now.
+#[test]
+fn a_max_deliveries_the_count_cannot_reach_is_refused() {
+    let m = FaultMedium::new("maxdel");
+    let s = store_expecting(&m, 1);
+    let e = s
+        .set_max_deliveries(hotstore::MAX_DELIVERIES + 1)
+        .unwrap_err();
+    assert!(matches!(e, hotstore::Error::InvalidArgument(_)), "{e}");
+    assert!(e.to_string().contains("255"), "{e}");
+    s.set_max_deliveries(hotstore::MAX_DELIVERIES).unwrap();
 }

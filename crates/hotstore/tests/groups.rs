@@ -175,7 +175,7 @@ fn memory_group_acknowledgements_survive_a_process_crash() {
 fn leases_releases_and_poisoning_are_per_group() {
     let m = FaultMedium::new("groups-poison");
     let s = common::open_two_lanes(&m);
-    s.set_max_deliveries(2);
+    s.set_max_deliveries(2).unwrap();
     s.create_group("a", true).unwrap();
     s.create_group("b", true).unwrap();
     put_events(&s, 0..2);
@@ -234,7 +234,7 @@ fn leases_releases_and_poisoning_are_per_group() {
 fn the_first_group_takes_the_default_queues_poisoned_events_too() {
     let m = FaultMedium::new("groups-poisoned-default");
     let s = common::open_two_lanes(&m);
-    s.set_max_deliveries(1);
+    s.set_max_deliveries(1).unwrap();
     put_events(&s, 0..2);
     s.next_event("c", LEASE)
         .unwrap()

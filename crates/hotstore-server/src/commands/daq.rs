@@ -612,7 +612,11 @@ pub fn event_range(ctx: &mut Ctx, args: &Args) -> CmdResult {
         if !args.is(n + 2, "limit") {
             return Err(usage());
         }
-        limit = args.u64(n + 3)? as usize;
+        // Fix (found in review): LIMIT 0 walked the whole store, and a huge LIMIT was no
+        // limit: the same bound as a batch of claims.
+        limit = Some(args.u64(n + 3)?)
+            .filter(|l| (1..=MAX_BATCH as u64).contains(l))
+            .ok_or_else(|| format!("ERR LIMIT must be 1 to {MAX_BATCH}"))? as usize;
     }
     let with = |last: u64| {
         let mut v = fixed.clone();

@@ -3,7 +3,9 @@
 
 use super::acked::successor;
 use super::records::EventWrite;
-use super::{Ack, Claim, ClaimToken, EventId, EventInfo, EventPolicy, PendingClaim};
+use super::{
+    Ack, Claim, ClaimToken, EventId, EventInfo, EventPolicy, PendingClaim, MAX_DELIVERIES,
+};
 use crate::error::{Error, Result};
 use crate::index::{self, IndexKey};
 use crate::options::Durability;
@@ -77,14 +79,23 @@ impl Store {
 
     /// Parks events delivered `max` times without an acknowledgement as POISONED instead of
     /// offering them again (0: never park, the default). Counted in memory, like leases: after
-    /// a restart a parked event is READY again and its count starts at 0.
-    pub fn set_max_deliveries(&self, max: u32) {
+    /// a restart a parked event is READY again and its count starts at 0. Deliveries are
+    /// counted up to [`MAX_DELIVERIES`]; a larger `max` is [`Error::InvalidArgument`].
+    pub fn set_max_deliveries(&self, max: u32) -> Result<()> {
+        // Fix (found in review): the count saturates at 255, so a larger maximum was never
+        // reached and nothing was ever parked.
+        if max > MAX_DELIVERIES {
+            return Err(Error::InvalidArgument(format!(
+                "max deliveries {max} is over {MAX_DELIVERIES}, the most an event's deliveries are counted to"
+            )));
+        }
         let ev = &self.inner.events;
         ev.max_deliveries
             .store(max, std::sync::atomic::Ordering::Relaxed);
         ev.groups
             .max_deliveries
             .store(max, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Up to `limit` claims held now, oldest claim first: who holds each, for how long, the
@@ -139,7 +150,8 @@ impl Store {
             Some(t) => Bound::Excluded(t.as_bytes()),
             None => Bound::Unbounded,
         };
-        if to.is_some_and(|t| t < from) {
+        // Fix (found in review): a limit of 0 walked every key of the store to list nothing.
+        if to.is_some_and(|t| t < from) || limit == 0 {
             return Vec::new();
         }
         // Implicit READY events have no entry (see `ShardEvents`): walk each shard's fragment

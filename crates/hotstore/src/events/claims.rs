@@ -185,7 +185,7 @@ impl Inner {
         }
         self.check_poisoned()?;
         self.check_no_groups()?;
-        let deadline = wait.map(|w| Instant::now() + w);
+        let deadline = wait.map(crate::clock::in_);
         let consumer: Arc<str> = consumer.into();
         let ev = &self.events;
         ev.track(&self.index);
@@ -332,7 +332,7 @@ impl Inner {
             claim,
             consumer,
             since,
-            until: since + lease,
+            until: crate::clock::after(since, lease),
         }));
         ev.enter_state(e);
         Claim {
@@ -345,7 +345,7 @@ impl Inner {
             fragments: e.fragments,
             bytes: e.bytes,
             incomplete: e.incomplete,
-            lease_until: since + lease,
+            lease_until: crate::clock::after(since, lease),
             settled: false,
         }
     }
@@ -363,5 +363,60 @@ fn claim_lost(token: &ClaimToken) -> Error {
     Error::ClaimLost {
         event: token.event.to_string(),
         token: token.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::events::{Ack, EventId, EventPolicy};
+    use crate::medium::{FaultMedium, Medium};
+    use crate::{Durability, FragmentKey, Store};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn store() -> Store {
+        let m: Arc<dyn Medium> = FaultMedium::new("stale");
+        Store::builder("mem")
+            .media(vec![m])
+            .segment_size_bytes(1 << 20)
+            .open()
+            .unwrap()
+    }
+
+    fn put(s: &Store, event: u64) {
+        let key = FragmentKey::new(1, event, 0, 0).to_bytes();
+        s.put(&key, b"fragment", Durability::Memory).unwrap();
+    }
+
+    /// Fix (found in review): a settled claim left its lease in the heap until the lease ran
+    /// out, and a completed event its timer until the timeout, so hour-long leases and
+    /// timeouts grew both heaps by one entry per event for an hour.
+    #[test]
+    fn settled_claims_and_complete_events_leave_no_heap_entries_behind() {
+        let s = store();
+        let mut policy = EventPolicy::expecting(1);
+        policy.incomplete_timeout_ms = 3_600_000;
+        s.set_event_policy(policy).unwrap();
+        let hour = Duration::from_secs(3600);
+        for event in 0..20_000 {
+            put(&s, event);
+            let c = s.next_event("c", hour).unwrap().expect("a READY event");
+            if event % 2 == 0 {
+                c.ack(Ack::Remove).unwrap();
+            } else {
+                c.release().unwrap();
+                s.next_event("c", hour)
+                    .unwrap()
+                    .unwrap()
+                    .ack(Ack::Remove)
+                    .unwrap();
+            }
+        }
+        let ev = &s.inner.events;
+        let (leases, timers) = (ev.leases.lock().len(), ev.timers.lock().len());
+        let bound = 2 + 2 * super::super::STALE_SLACK;
+        assert!(leases <= bound, "{leases} lease entries for 0 claims held");
+        assert!(timers <= bound, "{timers} timer entries for 0 events open");
+        assert!(s.event_info(&EventId::new(1, 0)).is_none());
     }
 }

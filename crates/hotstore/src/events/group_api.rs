@@ -342,7 +342,7 @@ impl Inner {
         self.check_poisoned()?;
         let ev = &self.events;
         ev.track(&self.index);
-        let deadline = wait.map(|w| Instant::now() + w);
+        let deadline = wait.map(crate::clock::in_);
         let consumer: Arc<str> = consumer.into();
         loop {
             let next_timer = ev.sweep(&self.index, Instant::now());
@@ -411,7 +411,7 @@ impl Inner {
             fragments,
             bytes,
             incomplete,
-            lease_until: Instant::now() + lease,
+            lease_until: crate::clock::in_(lease),
             settled: false,
         })
     }

@@ -712,12 +712,16 @@ impl Groups {
                 claim,
                 consumer: consumer.clone(),
                 since: now,
-                until: now + lease,
+                until: crate::clock::after(now, lease),
                 seq,
                 deliveries: deliveries.saturating_add(1),
             },
         );
-        g.leases.push(Reverse((now + lease, claim, prefix.clone())));
+        g.leases.push(Reverse((
+            crate::clock::after(now, lease),
+            claim,
+            prefix.clone(),
+        )));
         g.seen(consumer, now);
         g.delivered_total += 1;
         true

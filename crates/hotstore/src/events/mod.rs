@@ -383,7 +383,8 @@ pub(crate) type EventIndex = crate::index::Index<ShardEvents>;
 /// One locked shard of [`EventIndex`].
 pub(crate) type EventShardMap = crate::index::ShardMap<ShardEvents>;
 
-/// Stale READY-queue entries a shard tolerates before it compacts its queue.
+/// Stale entries a shard's READY queue, and the timer and lease heaps, tolerate (beyond twice
+/// the live ones, for the heaps) before they are compacted.
 const STALE_SLACK: usize = 1024;
 
 /// READY numbers per mark of the READY clock.
@@ -393,6 +394,9 @@ const CLOCK_MARKS: usize = 4096;
 
 /// No READY event in a shard (its head is `u64::MAX`).
 const EMPTY_HEAD: u64 = u64::MAX;
+/// Most deliveries an event's count holds (a byte per event), so the largest
+/// [`crate::Store::set_max_deliveries`].
+pub const MAX_DELIVERIES: u32 = u8::MAX as u32;
 /// How long a consumer waiting for work polls before it parks (see `Events::wait_while`):
 /// several events' time at the rates a readout reaches, a negligible share of an idle
 /// consumer's CPU.
@@ -659,7 +663,7 @@ impl Events {
                     if let Some(t) = self.timeout_for(prefix) {
                         self.timers
                             .lock()
-                            .push(Reverse((Instant::now() + t, probe.clone())));
+                            .push(Reverse((crate::clock::in_(t), probe.clone())));
                     }
                 }
                 let entry = EventEntry::open(1, value_len as u64);
@@ -1084,11 +1088,57 @@ impl Events {
                 }
             }
         }
+        self.drop_stale(index);
         let t = self.timers.lock().peek().map(|Reverse((at, _))| *at);
         let l = self.leases.lock().peek().map(|Reverse((at, _, _))| *at);
         match (t, l) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
+        }
+    }
+
+    /// Drops the timers of events no longer OPEN and the leases of claims already settled,
+    /// once they outnumber the live ones by [`STALE_SLACK`] and twice over (so the work is
+    /// amortised over the pushes that made them). Fix (found in review): an acknowledged or
+    /// released claim left its lease in the heap until the lease ran out, and a completed or
+    /// removed event its timer until the timeout: with hour-long leases, a million claims
+    /// acknowledged at once held 48 MB for nothing. Each entry is checked under its shard's
+    /// lock, taken alone; entries pushed meanwhile go to the emptied heap and are kept.
+    fn drop_stale(&self, index: &EventIndex) {
+        let live_timers = self.counters.open.load(Ordering::Relaxed) as usize;
+        let too_many = |len: usize, live: usize| len > 2 * live + STALE_SLACK;
+        if too_many(self.timers.lock().len(), live_timers) {
+            let old = std::mem::take(&mut *self.timers.lock());
+            let kept: Vec<_> = old
+                .into_iter()
+                .filter(|Reverse((_, prefix))| {
+                    let no = index.event_shard_no(&prefix.as_bytes());
+                    let shard = index.shards()[no].read();
+                    shard
+                        .events
+                        .entries
+                        .get(prefix)
+                        .is_some_and(|e| matches!(e.state, State::Open))
+                })
+                .collect();
+            self.timers.lock().extend(kept);
+        }
+        let live_leases = self.counters.claimed.load(Ordering::Relaxed) as usize;
+        if too_many(self.leases.lock().len(), live_leases) {
+            let old = std::mem::take(&mut *self.leases.lock());
+            let kept: Vec<_> = old
+                .into_iter()
+                .filter(|Reverse((_, claim, prefix))| {
+                    let no = index.event_shard_no(&prefix.as_bytes());
+                    let shard = index.shards()[no].read();
+                    shard
+                        .events
+                        .entries
+                        .get(prefix)
+                        .is_some_and(|e| e.claimed_by(*claim))
+                })
+                .collect();
+            self.leases.lock().extend(kept);
         }
     }
 
@@ -1111,7 +1161,7 @@ impl Events {
     pub(crate) fn new_claim(&self, prefix: &[u8], lease: Duration) -> u64 {
         let claim = self.next_claim.fetch_add(1, Ordering::Relaxed);
         self.leases.lock().push(Reverse((
-            Instant::now() + lease,
+            crate::clock::in_(lease),
             claim,
             IndexKey::new(prefix),
         )));

@@ -144,7 +144,7 @@ fn build(events: &Events, index: &Index, marks: &HashMap<&[u8], &EventRecord>) {
                 State::Open // made READY below, in id order
             } else {
                 if let Some(t) = policy.timeout() {
-                    timers.push(Reverse((now + t, prefix.clone())));
+                    timers.push(Reverse((crate::clock::after(now, t), prefix.clone())));
                 }
                 State::Open
             };
