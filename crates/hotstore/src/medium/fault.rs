@@ -132,8 +132,11 @@ impl Region for MemRegion {
         // kill -9 practically always does for a 64-byte header; a snapshot taken in the middle
         // of a header write made recovery see a torn header no real crash leaves).
         let _images = self.durable.lock();
-        // Safety: in bounds (asserted); the caller owns the range.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(offset), bytes.len()) };
+        // Safety: in bounds (asserted); the caller owns the range. `copy`, not
+        // `copy_nonoverlapping`: a direct put writes its first block's published prefix back
+        // from the region itself (source = destination), undefined behaviour for the latter
+        // (found in review: debug builds aborted in tests/crash_points.rs).
+        unsafe { std::ptr::copy(bytes.as_ptr(), self.ptr.add(offset), bytes.len()) };
         Ok(())
     }
 

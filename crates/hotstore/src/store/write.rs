@@ -124,9 +124,14 @@ impl Store {
         // Safety: [a, off) is below the segment's end (published records, or the segment
         // header): nothing writes it again, and the segment lives while we hold `seg`.
         let prefix = unsafe { seg.bytes(a, off - a) };
-        // Writes the record's blocks with `lsn` in its header (all of them, or only the
-        // first); `None` writes the first block with the header zeroed (an abandoned record).
-        let write = |lsn: Option<u64>, first_only: bool| -> Result<()> {
+        // The blocks holding the header. Fix (found in review): a header starting 16 or 8
+        // bytes before a block boundary ends in the next block, and rewriting only the first
+        // block left the old lsn there under the new checksum: the acknowledged value failed
+        // every read, and a Strict reopen refused the store.
+        let head_blocks = (off - a + HEADER_LEN).next_multiple_of(ALIGN);
+        // Writes the record's blocks with `lsn` in its header (all of them, or only those of
+        // the header); `None` writes the header's blocks with it zeroed (an abandoned record).
+        let write = |lsn: Option<u64>, header_only: bool| -> Result<()> {
             let header = match lsn {
                 Some(lsn) => record::encode_header_padded(
                     seg.id,
@@ -146,10 +151,10 @@ impl Store {
             all[3..3 + parts.len()].copy_from_slice(parts);
             all[3 + parts.len()] = &ZEROS[..zeros];
             let all = &all[..4 + parts.len()];
-            let result = if first_only {
+            let result = if header_only {
                 let mut first: [&[u8]; MAX_VALUE_PARTS + 4] = [&[]; MAX_VALUE_PARTS + 4];
-                let n = crate::medium::sub_parts(all, 0, ALIGN, &mut first);
-                // Safety: our unpublished record's first block, `prefix` unchanged.
+                let n = crate::medium::sub_parts(all, 0, head_blocks, &mut first);
+                // Safety: our unpublished record's header blocks, `prefix` unchanged.
                 unsafe { seg.write_blocks(a, &first[..n]) }
             } else {
                 // Safety: from the block holding our record's start (its bytes before `off`
@@ -185,7 +190,7 @@ impl Store {
             // Refused (an event policy) or failed: the record's valid header must not
             // survive to be found by recovery. Zero it, durably.
             if write(None, true).is_ok() {
-                if let Err(p) = seg.persist_range(a, ALIGN) {
+                if let Err(p) = seg.persist_range(a, head_blocks) {
                     self.inner.poison(&p);
                 }
             }
