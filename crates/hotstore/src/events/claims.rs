@@ -419,4 +419,26 @@ mod tests {
         assert!(timers <= bound, "{timers} timer entries for 0 events open");
         assert!(s.event_info(&EventId::new(1, 0)).is_none());
     }
+
+    /// The same for a consumer group's leases.
+    #[test]
+    fn a_groups_settled_claims_leave_no_leases_behind() {
+        let s = store();
+        s.set_event_policy(EventPolicy::expecting(1)).unwrap();
+        s.create_group("farm", true).unwrap();
+        let hour = Duration::from_secs(3600);
+        for event in 0..10_000 {
+            put(&s, event);
+            let c = s
+                .next_event_in("farm", "c", hour)
+                .unwrap()
+                .expect("an event");
+            c.ack(Ack::Remove).unwrap();
+        }
+        let leases = s.inner.events.groups.lease_entries(0);
+        assert!(
+            leases <= 1 + 2 * super::super::STALE_SLACK,
+            "{leases} lease entries for 0 claims held"
+        );
+    }
 }

@@ -722,6 +722,13 @@ impl Groups {
             claim,
             prefix.clone(),
         )));
+        // Fix (found in review): the leases of claims already settled stayed until they
+        // ran out; dropped once they outnumber the claims held (twice over, and a slack).
+        if g.leases.len() > 2 * g.claims.len() + super::STALE_SLACK {
+            let claims = &g.claims;
+            g.leases
+                .retain(|Reverse((_, c, p))| claims.get(p).is_some_and(|held| held.claim == *c));
+        }
         g.seen(consumer, now);
         g.delivered_total += 1;
         true
@@ -941,6 +948,14 @@ impl State {
         for gi in 0..self.groups.len() {
             self.sweep(gi, now, max_deliveries);
         }
+    }
+}
+
+#[cfg(test)]
+impl Groups {
+    /// Entries in the lease heap of the group made `nth`.
+    pub(crate) fn lease_entries(&self, nth: usize) -> usize {
+        self.state.lock().groups[nth].leases.len()
     }
 }
 
