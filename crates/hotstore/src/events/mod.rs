@@ -1088,9 +1088,15 @@ impl Events {
                 }
             }
         }
-        self.drop_stale(index);
-        let t = self.timers.lock().peek().map(|Reverse((at, _))| *at);
-        let l = self.leases.lock().peek().map(|Reverse((at, _, _))| *at);
+        let (t, timers) = {
+            let h = self.timers.lock();
+            (h.peek().map(|Reverse((at, _))| *at), h.len())
+        };
+        let (l, leases) = {
+            let h = self.leases.lock();
+            (h.peek().map(|Reverse((at, _, _))| *at), h.len())
+        };
+        self.drop_stale(index, timers, leases);
         match (t, l) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1104,10 +1110,11 @@ impl Events {
     /// removed event its timer until the timeout: with hour-long leases, a million claims
     /// acknowledged at once held 48 MB for nothing. Each entry is checked under its shard's
     /// lock, taken alone; entries pushed meanwhile go to the emptied heap and are kept.
-    fn drop_stale(&self, index: &EventIndex) {
+    /// `timers` and `leases`: the heaps' lengths, read by the caller.
+    fn drop_stale(&self, index: &EventIndex, timers: usize, leases: usize) {
         let live_timers = self.counters.open.load(Ordering::Relaxed) as usize;
         let too_many = |len: usize, live: usize| len > 2 * live + STALE_SLACK;
-        if too_many(self.timers.lock().len(), live_timers) {
+        if too_many(timers, live_timers) {
             let old = std::mem::take(&mut *self.timers.lock());
             let kept: Vec<_> = old
                 .into_iter()
@@ -1124,7 +1131,7 @@ impl Events {
             self.timers.lock().extend(kept);
         }
         let live_leases = self.counters.claimed.load(Ordering::Relaxed) as usize;
-        if too_many(self.leases.lock().len(), live_leases) {
+        if too_many(leases, live_leases) {
             let old = std::mem::take(&mut *self.leases.lock());
             let kept: Vec<_> = old
                 .into_iter()
