@@ -198,6 +198,11 @@ fn leases_releases_and_poisoning_are_per_group() {
     assert_eq!(s.groups()[0].poisoned, 1);
     assert_eq!(drain(&s, "b", Ack::Remove), vec![0, 1]);
     assert!(!stored(&s, 1) && stored(&s, 0));
+    // Fix (found in review): a zero lease is refused, as by `claim_event`, and the event
+    // stays parked (it was taken, and its claim expired at once).
+    let zero = s.claim_event_in("a", &EventId::new(1, 0), "expert", Duration::ZERO);
+    assert!(matches!(zero, Err(Error::InvalidArgument(_))), "{zero:?}");
+    assert_eq!(s.groups()[0].poisoned, 1);
     // Claimed explicitly from a, acknowledged: removed.
     let c = s
         .claim_event_in("a", &EventId::new(1, 0), "expert", LEASE)

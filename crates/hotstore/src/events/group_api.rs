@@ -69,6 +69,13 @@ impl Store {
         consumer: &str,
         lease: Duration,
     ) -> Result<Claim> {
+        // Fix (found in review): a zero lease was taken (and expired at once), where
+        // `claim_event` and `next_event` refuse it.
+        if lease.is_zero() {
+            return Err(Error::InvalidArgument(
+                "a lease must be longer than 0".into(),
+            ));
+        }
         self.inner.check_event_id(id)?;
         self.inner.check_poisoned()?;
         let g = &self.inner.events.groups;

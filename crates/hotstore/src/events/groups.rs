@@ -397,8 +397,16 @@ impl Groups {
             if disk.groups.len() > MAX_GROUPS {
                 return Err(bad(format!("more than {MAX_GROUPS} groups")));
             }
+            if disk.next_id == u32::MAX {
+                return Err(bad(format!("next group id {}", disk.next_id)));
+            }
             state.next_id = disk.next_id;
             for (slot, d) in disk.groups.into_iter().enumerate() {
+                // Fix (found in review): id 0 is the default queue's in tokens, and the next
+                // id after u32::MAX wrapped (reusing ids).
+                if d.id == 0 || d.id == u32::MAX {
+                    return Err(bad(format!("group {:?} has id {}", d.name, d.id)));
+                }
                 let mut g = Group::new(&d.name, d.id, slot as u32, d.required);
                 g.acked = AckedSet::from_hex_pairs(&d.acked, prefix_len).map_err(bad)?;
                 g.kept = AckedSet::from_hex_pairs(&d.kept, prefix_len).map_err(bad)?;
@@ -965,6 +973,26 @@ mod tests {
 
     /// Two puts in different shards: the one with the smaller READY number reaches the log
     /// last, after a consumer took the other. The group must still be offered it.
+    /// Fix (found in review): a damaged groups file with a group id of 0 (the default queue's
+    /// in tokens) or u32::MAX (the next id wrapped) is refused as bad metadata.
+    #[test]
+    fn a_groups_file_with_an_impossible_id_is_refused() {
+        for id in [0u32, u32::MAX] {
+            let m = crate::testing::FaultMedium::new("groups-id");
+            let file = serde_json::json!({
+                "version": GROUPS_VERSION,
+                "prefix_len": 12,
+                "next_id": 2,
+                "groups": [{"name": "g", "id": id, "required": false, "acked": [], "kept": []}],
+            });
+            m.write_file(GROUPS_FILE, file.to_string().as_bytes())
+                .unwrap();
+            let e = Groups::load(&*m, 12).err().expect("refused");
+            assert!(matches!(e, Error::BadMetadata { .. }), "{e}");
+            assert!(e.to_string().contains(&format!("id {id}")), "{e}");
+        }
+    }
+
     #[test]
     fn an_event_appended_behind_a_groups_cursor_is_still_offered() {
         let m = crate::testing::FaultMedium::new("groups-cursor");
