@@ -392,6 +392,14 @@ const CLOCK_EVERY: u64 = 1024;
 /// Most marks the READY clock keeps.
 const CLOCK_MARKS: usize = 4096;
 
+/// Empties `heap`, keeps the entries `live` accepts (checked without the heap's lock) and puts
+/// them back beside any pushed meanwhile.
+fn retain_live<T: Ord>(heap: &Mutex<BinaryHeap<T>>, live: impl FnMut(&T) -> bool) {
+    let old = std::mem::take(&mut *heap.lock());
+    let kept: Vec<T> = old.into_iter().filter(live).collect();
+    heap.lock().extend(kept);
+}
+
 /// No READY event in a shard (its head is `u64::MAX`).
 const EMPTY_HEAD: u64 = u64::MAX;
 /// Most deliveries an event's count holds (a byte per event), so the largest
@@ -1112,40 +1120,24 @@ impl Events {
     /// lock, taken alone; entries pushed meanwhile go to the emptied heap and are kept.
     /// `timers` and `leases`: the heaps' lengths, read by the caller.
     fn drop_stale(&self, index: &EventIndex, timers: usize, leases: usize) {
-        let live_timers = self.counters.open.load(Ordering::Relaxed) as usize;
-        let too_many = |len: usize, live: usize| len > 2 * live + STALE_SLACK;
-        if too_many(timers, live_timers) {
-            let old = std::mem::take(&mut *self.timers.lock());
-            let kept: Vec<_> = old
-                .into_iter()
-                .filter(|Reverse((_, prefix))| {
-                    let no = index.event_shard_no(&prefix.as_bytes());
-                    let shard = index.shards()[no].read();
-                    shard
-                        .events
-                        .entries
-                        .get(prefix)
-                        .is_some_and(|e| matches!(e.state, State::Open))
-                })
-                .collect();
-            self.timers.lock().extend(kept);
+        let too_many = |len: usize, live: &AtomicU64| {
+            len > 2 * live.load(Ordering::Relaxed) as usize + STALE_SLACK
+        };
+        // Whether `prefix`'s entry passes `test`, under its shard's lock.
+        let entry_is = |prefix: &IndexKey, test: &dyn Fn(&EventEntry) -> bool| {
+            let no = index.event_shard_no(&prefix.as_bytes());
+            let shard = index.shards()[no].read();
+            shard.events.entries.get(prefix).is_some_and(test)
+        };
+        if too_many(timers, &self.counters.open) {
+            retain_live(&self.timers, |Reverse((_, prefix))| {
+                entry_is(prefix, &|e| matches!(e.state, State::Open))
+            });
         }
-        let live_leases = self.counters.claimed.load(Ordering::Relaxed) as usize;
-        if too_many(leases, live_leases) {
-            let old = std::mem::take(&mut *self.leases.lock());
-            let kept: Vec<_> = old
-                .into_iter()
-                .filter(|Reverse((_, claim, prefix))| {
-                    let no = index.event_shard_no(&prefix.as_bytes());
-                    let shard = index.shards()[no].read();
-                    shard
-                        .events
-                        .entries
-                        .get(prefix)
-                        .is_some_and(|e| e.claimed_by(*claim))
-                })
-                .collect();
-            self.leases.lock().extend(kept);
+        if too_many(leases, &self.counters.claimed) {
+            retain_live(&self.leases, |Reverse((_, claim, prefix))| {
+                entry_is(prefix, &|e| e.claimed_by(*claim))
+            });
         }
     }
 
