@@ -101,8 +101,8 @@ pub struct ServeArgs {
     incomplete_timeout_ms: Option<u64>,
     /// Deliveries after which an event that keeps coming back unacknowledged (its consumers
     /// crash on it, or let the lease run out) is parked as poisoned instead of offered again:
-    /// listed by EVENT.RANGE, claimed only by EVENT.CLAIM; 0: never [default: 0].
-    #[arg(long)]
+    /// listed by EVENT.RANGE, claimed only by EVENT.CLAIM; 0: never, at most 255 [default: 0].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=255))]
     max_deliveries: Option<u32>,
     /// Cluster mode: serve as one node of the cluster map FILE (`hotstore cluster create`
     /// makes one). Keys and events of other nodes' hash slots answer `MOVED`, so Redis

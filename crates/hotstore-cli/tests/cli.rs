@@ -686,4 +686,14 @@ fn options_mean_the_same_everywhere_and_errors_name_them() {
     ]);
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("give --capacity"), "{}", stderr(&o));
+    // Deliveries are counted to 255: a larger maximum would never park anything.
+    let o = hotstore(&[
+        "serve",
+        "--dir",
+        p(&tmp.path().join("srv")),
+        "--max-deliveries",
+        "256",
+    ]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("0..=255"), "{}", stderr(&o));
 }
