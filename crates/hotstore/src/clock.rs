@@ -14,6 +14,6 @@ pub(crate) fn after(from: Instant, d: Duration) -> Instant {
 }
 
 /// [`after`] from now.
-pub(crate) fn in_(d: Duration) -> Instant {
+pub(crate) fn from_now(d: Duration) -> Instant {
     after(Instant::now(), d)
 }

@@ -185,7 +185,7 @@ impl Inner {
         }
         self.check_poisoned()?;
         self.check_no_groups()?;
-        let deadline = wait.map(crate::clock::in_);
+        let deadline = wait.map(crate::clock::from_now);
         let consumer: Arc<str> = consumer.into();
         let ev = &self.events;
         ev.track(&self.index);

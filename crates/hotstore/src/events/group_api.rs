@@ -349,7 +349,7 @@ impl Inner {
         self.check_poisoned()?;
         let ev = &self.events;
         ev.track(&self.index);
-        let deadline = wait.map(crate::clock::in_);
+        let deadline = wait.map(crate::clock::from_now);
         let consumer: Arc<str> = consumer.into();
         loop {
             let next_timer = ev.sweep(&self.index, Instant::now());
@@ -418,7 +418,7 @@ impl Inner {
             fragments,
             bytes,
             incomplete,
-            lease_until: crate::clock::in_(lease),
+            lease_until: crate::clock::from_now(lease),
             settled: false,
         })
     }

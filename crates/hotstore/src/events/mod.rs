@@ -671,7 +671,7 @@ impl Events {
                     if let Some(t) = self.timeout_for(prefix) {
                         self.timers
                             .lock()
-                            .push(Reverse((crate::clock::in_(t), probe.clone())));
+                            .push(Reverse((crate::clock::from_now(t), probe.clone())));
                     }
                 }
                 let entry = EventEntry::open(1, value_len as u64);
@@ -1160,7 +1160,7 @@ impl Events {
     pub(crate) fn new_claim(&self, prefix: &[u8], lease: Duration) -> u64 {
         let claim = self.next_claim.fetch_add(1, Ordering::Relaxed);
         self.leases.lock().push(Reverse((
-            crate::clock::in_(lease),
+            crate::clock::from_now(lease),
             claim,
             IndexKey::new(prefix),
         )));

@@ -38,7 +38,7 @@ impl Inner {
                 Err(e) if e.is_full() => {
                     drop(lane);
                     if deadline.is_none() {
-                        deadline = full_wait.map(crate::clock::in_);
+                        deadline = full_wait.map(crate::clock::from_now);
                     }
                     // Fix (issue 15): dead space waiting to be recycled, or that relocation
                     // can free, is room: ask maintenance for it and wait for its answer before
