@@ -701,6 +701,11 @@ fn render_events(p: &mut Page, st: &Stats) {
             e.late_fragments_total,
         ),
         (
+            "hotstore_acked_forgotten_total",
+            "Intervals of acknowledged event ids forgotten past the limit (the oldest): their late fragments start new events",
+            e.acked_forgotten_total,
+        ),
+        (
             "hotstore_leases_expired_total",
             "Claims that went back to READY because their lease expired",
             e.leases_expired_total,

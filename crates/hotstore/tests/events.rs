@@ -565,3 +565,72 @@ fn a_max_deliveries_the_count_cannot_reach_is_refused() {
     assert!(e.to_string().contains("255"), "{e}");
     s.set_max_deliveries(hotstore::MAX_DELIVERIES).unwrap();
 }
+
+/// Fix (found in review): the acknowledged set had no limit, and every gap in the
+/// acknowledged ids costs an interval. Past [`hotstore::MAX_ACKED_INTERVALS`] the oldest
+/// intervals are forgotten and counted; recent acknowledgements still refuse late fragments.
+#[test]
+fn the_acknowledged_set_forgets_its_oldest_intervals_past_its_limit() {
+    let m = FaultMedium::new("events-acked-limit");
+    let s = common::open_two_lanes(&m);
+    let events = hotstore::MAX_ACKED_INTERVALS as u64 + 10;
+    // Even ids only: no two acknowledged ids are adjacent, one interval each.
+    for chunk in (0..events).collect::<Vec<_>>().chunks(1000) {
+        for &e in chunk {
+            put_event(&s, 1, 2 * e, 1, Durability::Memory);
+        }
+        let tokens: Vec<_> = chunk
+            .iter()
+            .map(|_| s.next_event("c", LEASE).unwrap().unwrap().into_token())
+            .collect();
+        let acked = s.ack_many(&tokens, Ack::Remove, Durability::Memory);
+        assert!(acked.iter().all(|r| r.is_ok()));
+    }
+    let counts = s.stats().events;
+    assert!(
+        counts.acked_intervals <= hotstore::MAX_ACKED_INTERVALS as u64,
+        "{counts:?}"
+    );
+    assert_eq!(
+        counts.acked_intervals + counts.acked_forgotten_total,
+        events,
+        "{counts:?}"
+    );
+    let late = s.put(&frag(1, 2 * (events - 1), 1), b"late", Durability::Memory);
+    assert!(matches!(late, Err(Error::LateFragment { .. })), "{late:?}");
+    // The oldest was forgotten: its late fragment starts a new event.
+    s.put(&frag(1, 0, 1), b"late", Durability::Memory).unwrap();
+    let c = s.next_event("c", LEASE).unwrap().unwrap();
+    assert_eq!(c.event(), &EventId::new(1, 0));
+}
+
+/// Fix (found in review): run policies had no limit (each change rewrites the whole file).
+#[test]
+fn run_policies_are_limited_and_a_refused_one_changes_nothing() {
+    let m = FaultMedium::new("events-run-limit");
+    let s = common::open_two_lanes(&m);
+    let max = hotstore::MAX_RUN_POLICIES as u64;
+    for run in 0..max {
+        s.set_run_policy(run, Some(EventPolicy::expecting(2)))
+            .unwrap();
+    }
+    let e = s
+        .set_run_policy(max, Some(EventPolicy::expecting(2)))
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(e.to_string().contains("remove the override"), "{e}");
+    // Replacing one is fine; removing one makes room.
+    s.set_run_policy(7, Some(EventPolicy::expecting(3)))
+        .unwrap();
+    s.set_run_policy(0, None).unwrap();
+    s.set_run_policy(max, Some(EventPolicy::expecting(4)))
+        .unwrap();
+    drop(s);
+    let s = common::open_two_lanes(&m);
+    // Run `max` expects 4: three fragments leave it OPEN; run 0 has the default (1).
+    put_event(&s, max as u32, 1, 3, Durability::Memory);
+    put_event(&s, 0, 1, 1, Durability::Memory);
+    let c = s.next_event("c", LEASE).unwrap().unwrap();
+    assert_eq!(c.event(), &EventId::new(0, 1));
+    assert!(s.next_event("c", LEASE).unwrap().is_none());
+}

@@ -386,3 +386,88 @@ fn a_reopen_settles_events_whose_required_groups_all_acknowledged() {
     assert!(stored(&s, 1));
     assert_eq!(drain(&s, "a", Ack::Remove), vec![1]);
 }
+
+/// Fix (found in review): a group's acknowledgements of events settled since stayed in its
+/// set, so a sampler acknowledging every other event grew its set by one interval per
+/// acknowledgement and every acknowledgement rewrote a growing file (quadratic: 72 s at 20 k
+/// rounds). Its set now holds only events still waiting in the log.
+#[test]
+fn a_samplers_sparse_acknowledgements_leave_the_groups_file_once_settled() {
+    use hotstore::testing::Medium;
+    let m = FaultMedium::new("groups-sampler");
+    let s = common::open_two_lanes(&m);
+    s.create_group("filter", true).unwrap();
+    s.create_group("sampler", false).unwrap();
+    let mut held = Vec::new();
+    for e in 0..300 {
+        put_events(&s, e..e + 1);
+        let sampled = s.next_event_in("sampler", "mon", LEASE).unwrap().unwrap();
+        if e % 2 == 0 {
+            sampled.ack(Ack::Remove).unwrap();
+        } else {
+            held.push(sampled.into_token()); // skipped: holds its claim
+        }
+        assert_eq!(drain(&s, "filter", Ack::Remove), vec![e]);
+    }
+    // One event the sampler acknowledged and the filter has not: it must survive a crash.
+    put_events(&s, 300..301);
+    s.next_event_in("sampler", "mon", LEASE)
+        .unwrap()
+        .unwrap()
+        .ack(Ack::Remove)
+        .unwrap();
+    let file = m.read_file("events.groups").unwrap().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&file).unwrap();
+    let sampler = &json["groups"][1];
+    assert_eq!(sampler["name"], "sampler");
+    assert_eq!(
+        sampler["acked"].as_array().unwrap().len(),
+        1,
+        "only the unsettled event 300: {sampler}"
+    );
+    let image = m.process_crash();
+    std::mem::forget(s);
+    let s = common::open_two_lanes(&image);
+    assert!(s.next_event_in("sampler", "mon", LEASE).unwrap().is_none());
+    assert_eq!(drain(&s, "filter", Ack::Remove), vec![300]);
+    assert!(!stored(&s, 300));
+}
+
+/// A groups file from before the fix above holds acknowledgements of settled events: a
+/// reopen keeps only the log's, and the next write drops the rest.
+#[test]
+fn a_reopen_drops_acknowledgements_of_settled_events_from_the_groups_file() {
+    use hotstore::testing::Medium;
+    let m = FaultMedium::new("groups-stale");
+    let s = common::open_two_lanes(&m);
+    s.create_group("filter", true).unwrap();
+    s.create_group("sampler", false).unwrap();
+    put_events(&s, 0..3);
+    drain(&s, "filter", Ack::Remove); // 0..3 settled, never sampled
+    put_events(&s, 3..5);
+    let c = s.next_event_in("sampler", "mon", LEASE).unwrap().unwrap();
+    assert_eq!(c.event(), &EventId::new(1, 3));
+    c.ack(Ack::Remove).unwrap();
+    let image = m.process_crash();
+    std::mem::forget(s);
+    // As an older build wrote it: the sampler also "acknowledged" the settled 0..3.
+    let file = image.read_file("events.groups").unwrap().unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&file).unwrap();
+    let acked = json["groups"][1]["acked"].as_array_mut().unwrap();
+    assert_eq!(acked.len(), 1);
+    let three = acked[0][0].as_str().unwrap().to_string();
+    let zero = three.replace("03", "00"); // event 3's id with its last byte 0
+    acked.push(serde_json::json!([zero.clone(), zero]));
+    image
+        .write_file("events.groups", &serde_json::to_vec(&json).unwrap())
+        .unwrap();
+    let s = common::open_two_lanes(&image);
+    let c = s.next_event_in("sampler", "mon", LEASE).unwrap().unwrap();
+    assert_eq!(c.event(), &EventId::new(1, 4), "3 still acknowledged");
+    c.ack(Ack::Remove).unwrap();
+    let file = image.read_file("events.groups").unwrap().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&file).unwrap();
+    let acked = json["groups"][1]["acked"].to_string();
+    assert!(!acked.contains(&zero), "{acked}");
+    assert!(acked.contains(&three), "{acked}");
+}

@@ -649,7 +649,7 @@ pub fn store_stats(ctx: &mut Ctx, _args: &Args) -> CmdResult {
     let e = &s.events;
     let power_safe = s.tiers.iter().filter(|t| t.survives_power_cut).count();
     let w = &s.waits;
-    let pairs: [(&str, u64); 31] = [
+    let pairs: [(&str, u64); 33] = [
         ("entries", s.entries),
         ("live_bytes", s.live_bytes),
         ("dead_bytes", s.dead_bytes),
@@ -665,6 +665,8 @@ pub fn store_stats(ctx: &mut Ctx, _args: &Args) -> CmdResult {
         ("events_poisoned", e.poisoned),
         ("events_incomplete", e.incomplete),
         ("late_fragments", e.late_fragments_total),
+        ("acked_intervals", e.acked_intervals),
+        ("acked_forgotten", e.acked_forgotten_total),
         ("events_removed", e.removed_total),
         ("events_kept_total", e.kept_total),
         ("leases_expired", e.leases_expired_total),

@@ -11,6 +11,14 @@
 //! Written before a segment holding event removals is recycled (see `maintenance`), so the
 //! knowledge those records carried outlives them; read at open and united with the removal
 //! and keep records still stored.
+//!
+//! Limit: the store-wide set keeps at most [`MAX_ACKED_INTERVALS`] intervals (about 100 bytes
+//! each in DRAM, 60 in the file). Gaps in the acknowledged ids (events never acknowledged,
+//! acknowledgements far out of order) each cost one; past the limit the intervals of the
+//! lowest ids, the oldest events in a DAQ stream, are forgotten (counted in
+//! `stats().events.acked_forgotten_total`): a late fragment of a forgotten event starts a new
+//! event instead of being refused. A consumer group's set holds only events still waiting in
+//! its log (see `groups`), so it is bounded by them.
 
 use crate::error::{Error, Result};
 use crate::medium::Medium;
@@ -21,6 +29,9 @@ use std::ops::Bound;
 /// File holding the persisted set, on the first tier.
 pub const ACKED_FILE: &str = "events.acked";
 const ACKED_VERSION: u32 = 1;
+
+/// Most intervals the store-wide set keeps (see the module docs).
+pub const MAX_ACKED_INTERVALS: usize = 1 << 16;
 
 /// Intervals `[first, last]` of acknowledged event ids, keyed by `first`, disjoint and never
 /// adjacent (adjacent intervals are merged).
@@ -100,6 +111,46 @@ impl AckedSet {
         // Replaces the predecessor's interval when merged with it (same first id).
         self.ranges.insert(first, last);
         true
+    }
+
+    /// Removes `id`; false if it was not there. Splits its interval (one more at most).
+    pub fn remove(&mut self, id: &[u8]) -> bool {
+        let Some((first, last)) = self
+            .ranges
+            .range::<[u8], _>(up_to(id))
+            .next_back()
+            .filter(|(_, last)| &***last >= id)
+            .map(|(f, l)| (f.clone(), l.clone()))
+        else {
+            return false;
+        };
+        self.ranges.remove(&first);
+        if *first < *id {
+            // `id` > `first`, so it has a predecessor.
+            if let Some(p) = predecessor(id) {
+                self.ranges.insert(first, p);
+            }
+        }
+        if id < &*last {
+            if let Some(n) = successor(id) {
+                self.ranges.insert(n, last);
+            }
+        }
+        true
+    }
+
+    /// Forgets the intervals of the lowest ids until at most `keep` are left; returns how
+    /// many it forgot.
+    pub fn forget_lowest(&mut self, keep: usize) -> usize {
+        let n = self.ranges.len();
+        if n <= keep {
+            return 0;
+        }
+        match self.ranges.keys().nth(n - keep).cloned() {
+            Some(cut) => self.ranges = self.ranges.split_off(&cut),
+            None => self.ranges.clear(),
+        }
+        n - keep
     }
 
     /// Number of intervals (the set's size in memory is proportional to it).
@@ -247,6 +298,48 @@ mod tests {
         let mut t = AckedSet::default();
         t.extend_from(&s);
         assert_eq!(t, s);
+    }
+
+    #[test]
+    fn remove_splits_an_interval_and_matches_a_plain_set() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let mut s = AckedSet::default();
+        let mut model = std::collections::BTreeSet::new();
+        for _ in 0..3000 {
+            let n: u16 = rng.gen_range(0..200);
+            if rng.gen_bool(0.6) {
+                assert_eq!(s.insert(&id(n)), model.insert(n));
+            } else {
+                assert_eq!(s.remove(&id(n)), model.remove(&n), "remove {n}");
+            }
+            for probe in 0..205u16 {
+                assert_eq!(s.contains(&id(probe)), model.contains(&probe), "{probe}");
+            }
+        }
+        let mut t = AckedSet::default();
+        for n in 10..20u16 {
+            t.insert(&id(n));
+        }
+        assert!(t.remove(&id(15)));
+        assert_eq!(t.intervals(), 2);
+        assert!(t.remove(&id(10)) && t.remove(&id(19)) && !t.remove(&id(19)));
+        assert_eq!(t.intervals(), 2);
+        assert!(!t.contains(&id(10)) && t.contains(&id(11)) && t.contains(&id(18)));
+    }
+
+    #[test]
+    fn forget_lowest_keeps_the_highest_intervals() {
+        let mut s = AckedSet::default();
+        for n in (0..100u16).map(|n| n * 2) {
+            s.insert(&id(n));
+        }
+        assert_eq!(s.forget_lowest(200), 0);
+        assert_eq!(s.forget_lowest(30), 70);
+        assert_eq!(s.intervals(), 30);
+        assert!(!s.contains(&id(138)) && s.contains(&id(140)) && s.contains(&id(198)));
+        assert_eq!(s.forget_lowest(0), 30);
+        assert_eq!(s.intervals(), 0);
     }
 
     #[test]

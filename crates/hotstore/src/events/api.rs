@@ -235,21 +235,34 @@ impl Store {
     /// READY at once; a new timeout applies to events opened after this call.
     pub fn set_event_policy(&self, policy: EventPolicy) -> Result<()> {
         policy.validate()?;
-        self.inner.update_policies(|p| p.default = policy)
+        self.inner.update_policies(|p| {
+            p.default = policy;
+            Ok(())
+        })
     }
 
-    /// Overrides the policy for one run (`None` removes the override), durably.
+    /// Overrides the policy for one run (`None` removes the override), durably. At most
+    /// [`MAX_RUN_POLICIES`](crate::MAX_RUN_POLICIES) runs have one: a new run past it is
+    /// refused (remove the override of a finished run first).
     pub fn set_run_policy(&self, run: u64, policy: Option<EventPolicy>) -> Result<()> {
         if let Some(p) = &policy {
             p.validate()?;
         }
-        self.inner.update_policies(|p| match policy {
-            Some(policy) => {
-                p.runs.insert(run, policy);
-            }
-            None => {
-                p.runs.remove(&run);
-            }
+        self.inner.update_policies(|p| {
+            match policy {
+                Some(_)
+                    if p.runs.len() >= super::MAX_RUN_POLICIES && !p.runs.contains_key(&run) =>
+                {
+                    return Err(Error::InvalidArgument(format!(
+                        "run {run}: {} runs have a policy of their own, the most a store keeps; \
+                         remove the override of a finished run first",
+                        p.runs.len()
+                    )))
+                }
+                Some(policy) => p.runs.insert(run, policy),
+                None => p.runs.remove(&run),
+            };
+            Ok(())
         })
     }
 }
@@ -321,13 +334,17 @@ impl Inner {
         Ok(out)
     }
 
-    fn update_policies(&self, change: impl FnOnce(&mut super::policy::Policies)) -> Result<()> {
+    /// Applies `change` (which may refuse it) to the policies, durably.
+    fn update_policies(
+        &self,
+        change: impl FnOnce(&mut super::policy::Policies) -> Result<()>,
+    ) -> Result<()> {
         // Entries built now follow the old policy; the pass below applies the new one.
         self.events.track(&self.index);
         {
             let _serial = self.events.policy_change.lock();
             let mut next = self.events.policies.read().clone();
-            change(&mut next);
+            change(&mut next)?;
             next.store(&*self.tiers[0].medium)?;
             self.events.set_policies(next);
         }

@@ -253,6 +253,7 @@ impl Inner {
                 break;
             }
         }
+        g.settled_durably(prefix);
         Ok(())
     }
 
@@ -315,6 +316,7 @@ impl Inner {
                     if retry.get() {
                         continue;
                     }
+                    g.settled_durably(&IndexKey::new(prefix));
                     return Ok(false);
                 }
             }

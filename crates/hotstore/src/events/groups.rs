@@ -132,7 +132,8 @@ struct Group {
     leases: BinaryHeap<Reverse<(Instant, u64, IndexKey)>>,
     /// Consumer → when it last claimed or acknowledged.
     consumers: HashMap<Arc<str>, Instant>,
-    /// Its acknowledgements of events not settled when they were made (durable).
+    /// Its acknowledgements of events still in the log (durable; dropped once the event is
+    /// settled durably or gone, so bounded by the log).
     acked: AckedSet,
     kept: AckedSet,
     delivered_total: u64,
@@ -165,18 +166,25 @@ impl Group {
         1 << self.slot
     }
 
+    /// Remembers that `consumer` claimed or acknowledged now. At most [`MAX_CONSUMERS`] are
+    /// remembered: past it the longest idle without claims is forgotten, or, if every one
+    /// holds a claim, the longest idle of all (its claims stay valid and it is still listed,
+    /// from them).
     fn seen(&mut self, consumer: &Arc<str>, now: Instant) {
         if self.consumers.len() >= MAX_CONSUMERS && !self.consumers.contains_key(consumer) {
             let busy: std::collections::HashSet<&str> =
                 self.claims.values().map(|c| &*c.consumer).collect();
-            if let Some(idle) = self
-                .consumers
-                .iter()
-                .filter(|(c, _)| !busy.contains(&***c))
-                .min_by_key(|(_, at)| **at)
-                .map(|(c, _)| c.clone())
-            {
-                self.consumers.remove(&idle);
+            let oldest = |idle_only: bool| {
+                self.consumers
+                    .iter()
+                    .filter(|(c, _)| !idle_only || !busy.contains(&***c))
+                    .min_by_key(|(_, at)| **at)
+                    .map(|(c, _)| c.clone())
+            };
+            // Fix (found in review): with every consumer busy nothing was forgotten and the
+            // map grew past the limit.
+            if let Some(gone) = oldest(true).or_else(|| oldest(false)) {
+                self.consumers.remove(&gone);
             }
         }
         self.consumers.insert(consumer.clone(), now);
@@ -242,6 +250,24 @@ impl State {
                 g.returned.remove(&seq);
                 g.poisoned.remove(&seq);
             }
+        }
+    }
+
+    /// Drops event `prefix` from every group's acknowledged sets once it left the log (its
+    /// settling record written, or its fragments gone): the sets hold only events still
+    /// waiting, so they stay as small as the log and the file stays cheap to rewrite.
+    fn drop_acks(&mut self, prefix: &IndexKey) {
+        if self.by_prefix.contains_key(prefix) {
+            return;
+        }
+        let p = prefix.as_bytes();
+        let mut changed = false;
+        for g in &mut self.groups {
+            changed |= g.acked.remove(&p);
+            g.kept.remove(&p);
+        }
+        if changed {
+            self.version += 1;
         }
     }
 
@@ -482,10 +508,47 @@ impl Groups {
         );
     }
 
-    /// Event `prefix` lost its fragments (removed key by key): it leaves the log.
+    /// Event `prefix` lost its fragments (removed key by key): it leaves the log, and the
+    /// groups forget their acknowledgements of it.
     pub(crate) fn forget(&self, prefix: &IndexKey) {
         if self.active() {
-            self.state.lock().forget(prefix);
+            let mut s = self.state.lock();
+            s.forget(prefix);
+            s.drop_acks(prefix);
+        }
+    }
+
+    /// Event `prefix`'s settling record is written (durable as its acknowledgement asked):
+    /// the groups forget their acknowledgements of it. Not before: a crash between the two
+    /// would offer it again to groups that acknowledged it.
+    pub(crate) fn settled_durably(&self, prefix: &IndexKey) {
+        self.state.lock().drop_acks(prefix);
+    }
+
+    /// After a reopen: keeps in each group's acknowledged sets only the events of the log
+    /// (the others were settled, or lost their fragments, before the file was rewritten).
+    /// An event a group acknowledged that is OPEN again (its policy now expects more
+    /// fragments) is offered to it again once complete.
+    pub(crate) fn keep_acks_of_log_only(&self) {
+        let mut s = self.state.lock();
+        let State { groups, log, .. } = &mut *s;
+        let mut changed = false;
+        for g in groups.iter_mut() {
+            let mut acked = AckedSet::default();
+            let mut kept = AckedSet::default();
+            for e in log.values().filter(|e| e.acked & g.bit() != 0) {
+                let p = e.prefix.as_bytes();
+                acked.insert(&p);
+                if g.kept.contains(&p) {
+                    kept.insert(&p);
+                }
+            }
+            changed |= acked != g.acked || kept != g.kept;
+            g.acked = acked;
+            g.kept = kept;
+        }
+        if changed {
+            s.version += 1;
         }
     }
 
@@ -931,19 +994,33 @@ impl Groups {
         s.sweep_all(self.max());
         let now = Instant::now();
         let g = &s.groups[gi];
-        let mut pending: HashMap<&str, u64> = HashMap::new();
+        // Claims and their latest start, per consumer.
+        let mut pending: HashMap<&str, (u64, Instant)> = HashMap::new();
         for c in g.claims.values() {
-            *pending.entry(&c.consumer).or_default() += 1;
+            let p = pending.entry(&c.consumer).or_insert((0, c.since));
+            p.0 += 1;
+            p.1 = p.1.max(c.since);
         }
         let mut out: Vec<ConsumerInfo> = g
             .consumers
             .iter()
             .map(|(c, at)| ConsumerInfo {
                 name: c.to_string(),
-                pending: pending.get(&**c).copied().unwrap_or(0),
+                pending: pending.get(&**c).map_or(0, |p| p.0),
                 idle: now.saturating_duration_since(*at),
             })
             .collect();
+        // Claim holders forgotten past the limit are listed from their claims.
+        out.extend(
+            pending
+                .iter()
+                .filter(|(c, _)| !g.consumers.contains_key(**c))
+                .map(|(c, (n, since))| ConsumerInfo {
+                    name: c.to_string(),
+                    pending: *n,
+                    idle: now.saturating_duration_since(*since),
+                }),
+        );
         out.sort_by_key(|c| (c.idle, c.name.clone()));
         Ok(out)
     }
@@ -971,8 +1048,35 @@ impl Groups {
 mod tests {
     use super::*;
 
-    /// Two puts in different shards: the one with the smaller READY number reaches the log
-    /// last, after a consumer took the other. The group must still be offered it.
+    /// Fix (found in review): with every remembered consumer holding a claim, a new one was
+    /// added anyway and the map grew without limit. The longest idle is forgotten (its claim
+    /// stays) and still listed, from its claim.
+    #[test]
+    fn consumers_stay_within_the_limit_when_all_hold_claims() {
+        let m = crate::testing::FaultMedium::new("groups-consumers");
+        let groups = Groups::load(&*m, 12).unwrap();
+        groups.add("g", false, Vec::new());
+        let n = MAX_CONSUMERS + 3;
+        for i in 0..n {
+            let prefix = IndexKey::new(&(i as u64).to_be_bytes().repeat(2)[..12]);
+            groups.append(i as u64 + 1, &prefix);
+            let consumer: Arc<str> = format!("c{i}").into();
+            assert!(groups.record_claim(
+                1,
+                i as u64 + 1,
+                &prefix,
+                0,
+                i as u64,
+                &consumer,
+                Duration::from_secs(60)
+            ));
+        }
+        assert_eq!(groups.state.lock().groups[0].consumers.len(), MAX_CONSUMERS);
+        let listed = groups.consumers("g").unwrap();
+        assert_eq!(listed.len(), n, "every claim holder is listed");
+        assert!(listed.iter().all(|c| c.pending == 1));
+    }
+
     /// Fix (found in review): a damaged groups file with a group id of 0 (the default queue's
     /// in tokens) or u32::MAX (the next id wrapped) is refused as bad metadata.
     #[test]
@@ -993,6 +1097,8 @@ mod tests {
         }
     }
 
+    /// Two puts in different shards: the one with the smaller READY number reaches the log
+    /// last, after a consumer took the other. The group must still be offered it.
     #[test]
     fn an_event_appended_behind_a_groups_cursor_is_still_offered() {
         let m = crate::testing::FaultMedium::new("groups-cursor");

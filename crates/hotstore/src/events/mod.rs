@@ -42,9 +42,10 @@ mod ready;
 pub(crate) mod rebuild;
 mod records;
 
+pub use acked::MAX_ACKED_INTERVALS;
 pub use claims::{Ack, Claim, ClaimToken};
-pub use groups::{ConsumerInfo, GroupInfo, MAX_GROUPS, MAX_GROUP_NAME};
-pub use policy::{EventPolicy, MAX_EXPECTED_FRAGMENTS};
+pub use groups::{ConsumerInfo, GroupInfo, MAX_CONSUMERS, MAX_GROUPS, MAX_GROUP_NAME};
+pub use policy::{EventPolicy, MAX_EXPECTED_FRAGMENTS, MAX_RUN_POLICIES};
 
 use crate::index::{IndexKey, Loc, SHARDS};
 use crate::key::KeyLayout;
@@ -190,8 +191,12 @@ pub struct EventCounts {
     pub poisoned: u64,
     /// READY or CLAIMED events flagged incomplete.
     pub incomplete: u64,
-    /// Acknowledged events remembered, as intervals of ids (its memory cost).
+    /// Acknowledged events remembered, as intervals of ids (its memory cost); at most
+    /// [`MAX_ACKED_INTERVALS`](crate::MAX_ACKED_INTERVALS).
     pub acked_intervals: u64,
+    /// Intervals of acknowledged ids forgotten (the oldest, past the limit), since open: a
+    /// late fragment of a forgotten event starts a new event instead of being refused.
+    pub acked_forgotten_total: u64,
     /// Fragments refused because their event was already acknowledged (since open).
     pub late_fragments_total: u64,
     /// Events acknowledged with `Remove` (since open).
@@ -424,6 +429,7 @@ struct Counters {
     expired: AtomicU64,
     released: AtomicU64,
     timed_out: AtomicU64,
+    acked_forgotten: AtomicU64,
 }
 
 /// Store-wide event state: policies, the READY queue, timers, leases, acknowledged ids.
@@ -486,9 +492,10 @@ impl Events {
         layout: &KeyLayout,
         lsns: Arc<AtomicU64>,
         policies: Policies,
-        acked: AckedSet,
+        mut acked: AckedSet,
         groups: Groups,
     ) -> Self {
+        let forgotten = acked.forget_lowest(acked::MAX_ACKED_INTERVALS);
         let first = layout.fields()[0].width_bytes;
         let events = Events {
             prefix_len: layout.event_prefix_len(),
@@ -516,6 +523,10 @@ impl Events {
             counters: Counters::default(),
             groups,
         };
+        events
+            .counters
+            .acked_forgotten
+            .store(forgotten as u64, Ordering::Relaxed);
         events.set_policies(policies);
         events
     }
@@ -530,12 +541,19 @@ impl Events {
         *p = policies;
     }
 
-    /// Remembers an acknowledged event (refusing its late fragments from now on).
+    /// Remembers an acknowledged event (refusing its late fragments from now on). Past
+    /// [`acked::MAX_ACKED_INTERVALS`] the oldest quarter is forgotten at once (amortised).
     pub(crate) fn insert_acked(&self, prefix: &[u8]) {
         // Before the insert: a put that sees the flag clear ran before the acknowledgement
         // (which holds the event's shard lock, as the put does).
         self.any_acked.store(true, Ordering::Release);
-        self.acked.write().insert(prefix);
+        let mut acked = self.acked.write();
+        if acked.insert(prefix) && acked.intervals() > acked::MAX_ACKED_INTERVALS {
+            let forgotten = acked.forget_lowest(acked::MAX_ACKED_INTERVALS / 4 * 3);
+            self.counters
+                .acked_forgotten
+                .fetch_add(forgotten as u64, Ordering::Relaxed);
+        }
     }
 
     /// True if the event was acknowledged with `Remove` (its id is in the acknowledged set).
@@ -1189,6 +1207,7 @@ impl Events {
             incomplete: g(&c.incomplete),
             acked_intervals: self.acked.read().intervals() as u64,
             late_fragments_total: g(&c.late),
+            acked_forgotten_total: g(&c.acked_forgotten),
             removed_total: g(&c.removed),
             kept_total: g(&c.kept_total),
             leases_expired_total: g(&c.expired),

@@ -15,6 +15,9 @@ use std::time::Duration;
 /// File holding the policies, on the first tier.
 pub const POLICY_FILE: &str = "events.policy";
 const POLICY_VERSION: u32 = 1;
+/// Most runs with a policy of their own ([`crate::Store::set_run_policy`] refuses more; the
+/// file is rewritten whole on each change).
+pub const MAX_RUN_POLICIES: usize = 4096;
 /// Largest `expected_fragments` accepted.
 pub const MAX_EXPECTED_FRAGMENTS: u32 = 1 << 20;
 

@@ -241,6 +241,7 @@ impl Store {
         for prefix in store.inner.events.groups.settled() {
             store.inner.settle_event(&prefix)?;
         }
+        store.inner.events.groups.keep_acks_of_log_only();
         Ok(store)
     }
 }
