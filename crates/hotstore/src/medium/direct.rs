@@ -313,21 +313,32 @@ fn write_uring(
             let Some((off, len)) = flight.get_mut(slot as usize).and_then(Option::take) else {
                 continue;
             };
-            if res < 0 {
-                first_error.get_or_insert(Error::io(
-                    "write (O_DIRECT, io_uring)",
-                    path,
-                    std::io::Error::from_raw_os_error(-res),
-                ));
-            } else if (res as usize) < len {
-                // A short write (rare): finish it synchronously from the same buffer.
-                let buf = &bufs[slot as usize].as_mut_slice()[res as usize..len];
-                if let Err(e) = pwrite_all(file, path, buf, off + res as usize) {
-                    first_error.get_or_insert(e);
-                }
+            let buf = &bufs[slot as usize].as_mut_slice()[..len];
+            if let Err(e) = finish(res, file, path, buf, off) {
+                first_error.get_or_insert(e);
             }
         }
     }
+}
+
+/// Finishes a completed request that wrote chunk `buf` at file offset `off` (`res`: its
+/// result). A short write (rare), or one answered `EAGAIN` or `EINTR` (io_uring may answer
+/// so when it could not issue the request without blocking), is finished synchronously from
+/// the same buffer; other errors are returned.
+fn finish(res: i32, file: &File, path: &Path, buf: &[u8], off: usize) -> Result<()> {
+    // Fix (found in review): an EAGAIN completion failed the write, poisoning the store.
+    if res == -libc::EAGAIN || res == -libc::EINTR {
+        return pwrite_all(file, path, buf, off);
+    }
+    if res < 0 {
+        return Err(Error::io(
+            "write (O_DIRECT, io_uring)",
+            path,
+            std::io::Error::from_raw_os_error(-res),
+        ));
+    }
+    let written = (res as usize).min(buf.len());
+    pwrite_all(file, path, &buf[written..], off + written)
 }
 
 fn pwrite_all(file: &File, path: &Path, mut buf: &[u8], mut at: usize) -> Result<()> {
@@ -366,6 +377,35 @@ fn pwrite_all(file: &File, path: &Path, mut buf: &[u8], mut at: usize) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_completion_answered_eagain_or_short_is_finished_not_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let chunk = vec![7u8; DIRECT_ALIGN];
+        finish(-libc::EAGAIN, &file, &path, &chunk, 0).unwrap();
+        finish(-libc::EINTR, &file, &path, &chunk, DIRECT_ALIGN).unwrap();
+        let half = vec![9u8; DIRECT_ALIGN];
+        finish(100, &file, &path, &half, 2 * DIRECT_ALIGN).unwrap(); // 100 bytes done
+                                                                     // A whole write needs nothing more.
+        finish(DIRECT_ALIGN as i32, &file, &path, &chunk, 3 * DIRECT_ALIGN).unwrap();
+        let got = std::fs::read(&path).unwrap();
+        assert_eq!(got.len(), 3 * DIRECT_ALIGN);
+        assert!(got[..2 * DIRECT_ALIGN].iter().all(|&b| b == 7));
+        assert_eq!(got[2 * DIRECT_ALIGN..2 * DIRECT_ALIGN + 100], [0u8; 100]);
+        assert!(got[2 * DIRECT_ALIGN + 100..3 * DIRECT_ALIGN]
+            .iter()
+            .all(|&b| b == 9));
+        let e = finish(-libc::ENOSPC, &file, &path, &chunk, 0).unwrap_err();
+        assert!(e.to_string().contains("No space left"), "{e}");
+    }
 
     #[test]
     fn interior_is_the_aligned_middle() {
