@@ -471,3 +471,77 @@ fn a_reopen_drops_acknowledgements_of_settled_events_from_the_groups_file() {
     assert!(!acked.contains(&zero), "{acked}");
     assert!(acked.contains(&three), "{acked}");
 }
+
+/// Fix (found in review): an event made READY by its incomplete timeout is OPEN again after a
+/// restart (the timeout is not durable); the reopen dropped a group's Persisted
+/// acknowledgement of it, so the group was offered it again once the timeout fired anew.
+#[test]
+fn a_timed_out_event_a_group_acknowledged_is_not_offered_to_it_after_kill9() {
+    let m = FaultMedium::new("groups-timeout");
+    let s = common::open_two_lanes(&m);
+    s.set_event_policy(hotstore::EventPolicy::expecting(2).with_timeout(Duration::from_millis(30)))
+        .unwrap();
+    s.create_group("a", true).unwrap();
+    s.create_group("b", true).unwrap();
+    put_events(&s, 0..1); // one fragment of two: READY only by the timeout
+    let c = s
+        .next_event_in_wait("a", "c", LEASE, Duration::from_secs(60))
+        .unwrap()
+        .expect("timed out");
+    assert_eq!(c.event(), &EventId::new(1, 0));
+    c.ack(Ack::Remove).unwrap(); // Persisted; b has not acknowledged
+    let image = m.process_crash();
+    std::mem::forget(s);
+    let s = common::open_two_lanes(&image);
+    // b waits for the timeout to fire again; then a must have nothing.
+    let b = s
+        .next_event_in_wait("b", "c", LEASE, Duration::from_secs(60))
+        .unwrap()
+        .expect("timed out again");
+    assert_eq!(b.event(), &EventId::new(1, 0));
+    let again = s.next_event_in("a", "c", LEASE).unwrap();
+    assert!(
+        again.is_none(),
+        "offered again: {:?}",
+        again.map(|c| c.into_token())
+    );
+    b.ack(Ack::Remove).unwrap();
+    assert!(!stored(&s, 0));
+}
+
+/// Fix (found in review): a group's acknowledgement was dropped from its set as soon as the
+/// event's settling record (or the removal of its fragments) was written, durable or not; a
+/// later synced groups file then lacked it, and a power cut that lost the record brought the
+/// event back to the group that had acknowledged it durably.
+#[test]
+fn a_persisted_group_ack_survives_a_power_cut_that_loses_the_memory_record_settling_it() {
+    for by_removal in [false, true] {
+        let m = FaultMedium::new("groups-memory-last");
+        let s = common::open_two_lanes(&m);
+        s.create_group("a", true).unwrap();
+        s.create_group("b", true).unwrap();
+        put_events(&s, 0..2);
+        let c = s.next_event_in("a", "c", LEASE).unwrap().unwrap();
+        assert_eq!(c.event(), &EventId::new(1, 0));
+        c.ack(Ack::Remove).unwrap(); // Persisted
+        if by_removal {
+            let key = FragmentKey::new(1, 0, 0, 0).to_bytes();
+            assert!(s.remove(&key, Durability::Memory).unwrap());
+        } else {
+            let c = s.next_event_in("b", "c", LEASE).unwrap().unwrap();
+            c.ack_with(Ack::Remove, Durability::Memory).unwrap(); // last: removal unsynced
+        }
+        let c = s.next_event_in("a", "c", LEASE).unwrap().unwrap();
+        assert_eq!(c.event(), &EventId::new(1, 1));
+        c.ack(Ack::Remove).unwrap(); // the groups file synced
+        let image = m.crash(None);
+        std::mem::forget(s);
+        let s = common::open_two_lanes(&image);
+        let again = s.next_event_in("a", "c", LEASE).unwrap();
+        assert!(
+            again.is_none(),
+            "a's Persisted ack lost (by_removal={by_removal}): {:?}",
+            again.map(|c| c.into_token())
+        );
+    }
+}

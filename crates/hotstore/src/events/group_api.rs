@@ -126,6 +126,10 @@ impl Store {
     }
 }
 
+/// Events waiting to leave the groups' acknowledged sets (their records not known durable)
+/// at which a `Memory` write of the groups file makes the records durable first.
+const DROP_ACKS_AT: usize = 1024;
+
 impl Inner {
     /// Each token acknowledged in memory; true if the groups file changed (not written).
     fn ack_each(&self, tokens: &[ClaimToken], ack: Ack) -> (Vec<Result<()>>, bool) {
@@ -157,9 +161,36 @@ impl Inner {
         Ok(())
     }
 
-    /// Writes the groups file if it changed (`sync`: durably).
+    /// The events OPEN now (at open: those whose READY state was not durable).
+    pub(crate) fn open_events(&self) -> Vec<IndexKey> {
+        let mut open = Vec::new();
+        for shard in self.index.shards() {
+            shard.write().events.entries.for_each_mut(|prefix, e| {
+                if e.state == State::Open {
+                    open.push(prefix.clone());
+                }
+            });
+        }
+        open
+    }
+
+    /// Writes the groups file if it changed (`sync`: durably). First, if `sync` or once many
+    /// are waiting, makes every record durable and drops the groups' acknowledgements of the
+    /// events that left the log (see `Groups::take_left_log`): one sync per
+    /// [`DROP_ACKS_AT`] events for a store acknowledging in `Memory` only.
     pub(crate) fn persist_groups(&self, sync: bool) -> Result<()> {
-        self.events.groups.persist(&*self.tiers[0].medium, sync)
+        let g = &self.events.groups;
+        if sync || g.left_log_len() >= DROP_ACKS_AT {
+            let left = g.take_left_log();
+            if !left.is_empty() {
+                if let Err(e) = self.persist_all() {
+                    g.put_back_left_log(left);
+                    return Err(e);
+                }
+                g.drop_acks_of(&left);
+            }
+        }
+        g.persist(&*self.tiers[0].medium, sync)
     }
 
     fn create_group(&self, name: &str, required: bool) -> Result<()> {
@@ -316,7 +347,12 @@ impl Inner {
                     if retry.get() {
                         continue;
                     }
-                    g.settled_durably(&IndexKey::new(prefix));
+                    let prefix = IndexKey::new(prefix);
+                    if durability == Durability::Memory {
+                        g.settled_in_memory(&prefix);
+                    } else {
+                        g.settled_durably(&prefix);
+                    }
                     return Ok(false);
                 }
             }

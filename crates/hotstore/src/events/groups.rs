@@ -116,6 +116,14 @@ struct GroupClaim {
     deliveries: u8,
 }
 
+/// What a group remembers of a consumer.
+struct Seen {
+    at: Instant,
+    /// Claims it holds (may undercount after it was forgotten while holding some: a hint
+    /// for which consumers to forget first, never for correctness).
+    claims: u32,
+}
+
 struct Group {
     name: Arc<str>,
     /// Never reused (tokens and the file name groups by it).
@@ -130,8 +138,8 @@ struct Group {
     poisoned: BTreeMap<u64, u8>,
     claims: HashMap<IndexKey, GroupClaim>,
     leases: BinaryHeap<Reverse<(Instant, u64, IndexKey)>>,
-    /// Consumer → when it last claimed or acknowledged.
-    consumers: HashMap<Arc<str>, Instant>,
+    /// Consumer → when it last claimed or acknowledged, and the claims it holds.
+    consumers: HashMap<Arc<str>, Seen>,
     /// Its acknowledgements of events still in the log (durable; dropped once the event is
     /// settled durably or gone, so bounded by the log).
     acked: AckedSet,
@@ -167,27 +175,55 @@ impl Group {
     }
 
     /// Remembers that `consumer` claimed or acknowledged now. At most [`MAX_CONSUMERS`] are
-    /// remembered: past it the longest idle without claims is forgotten, or, if every one
-    /// holds a claim, the longest idle of all (its claims stay valid and it is still listed,
-    /// from them).
+    /// remembered: when a new one finds the map full, the quarter longest idle is forgotten,
+    /// those holding no claim first (a forgotten one's claims stay valid, and it is still
+    /// listed, from them). Forgetting in batches keeps it O(1) amortised per claim.
     fn seen(&mut self, consumer: &Arc<str>, now: Instant) {
-        if self.consumers.len() >= MAX_CONSUMERS && !self.consumers.contains_key(consumer) {
-            let busy: std::collections::HashSet<&str> =
-                self.claims.values().map(|c| &*c.consumer).collect();
-            let oldest = |idle_only: bool| {
-                self.consumers
-                    .iter()
-                    .filter(|(c, _)| !idle_only || !busy.contains(&***c))
-                    .min_by_key(|(_, at)| **at)
-                    .map(|(c, _)| c.clone())
-            };
+        if let Some(seen) = self.consumers.get_mut(consumer) {
+            seen.at = now;
+            return;
+        }
+        if self.consumers.len() >= MAX_CONSUMERS {
             // Fix (found in review): with every consumer busy nothing was forgotten and the
-            // map grew past the limit.
-            if let Some(gone) = oldest(true).or_else(|| oldest(false)) {
-                self.consumers.remove(&gone);
+            // map grew past the limit; and each new consumer rebuilt the set of busy ones
+            // from every claim held (quadratic: 16 s for 30 000 claims by distinct names).
+            let mut oldest: Vec<(bool, Instant, Arc<str>)> = self
+                .consumers
+                .iter()
+                .map(|(c, s)| (s.claims > 0, s.at, c.clone()))
+                .collect();
+            oldest.sort_unstable_by_key(|(busy, at, _)| (*busy, *at));
+            let forget = self.consumers.len() - MAX_CONSUMERS / 4 * 3;
+            for (_, _, c) in oldest.into_iter().take(forget) {
+                self.consumers.remove(&c);
             }
         }
-        self.consumers.insert(consumer.clone(), now);
+        self.consumers
+            .insert(consumer.clone(), Seen { at: now, claims: 0 });
+    }
+
+    /// Records claim `c` of event `prefix` (its consumer seen now).
+    fn hold(&mut self, prefix: &IndexKey, c: GroupClaim) {
+        self.seen(&c.consumer, c.since);
+        if let Some(seen) = self.consumers.get_mut(&c.consumer) {
+            seen.claims += 1;
+        }
+        if let Some(old) = self.claims.insert(prefix.clone(), c) {
+            self.unhold(&old);
+        }
+    }
+
+    /// Takes the claim on event `prefix` out, if any.
+    fn take_claim(&mut self, prefix: &IndexKey) -> Option<GroupClaim> {
+        let c = self.claims.remove(prefix)?;
+        self.unhold(&c);
+        Some(c)
+    }
+
+    fn unhold(&mut self, c: &GroupClaim) {
+        if let Some(seen) = self.consumers.get_mut(&c.consumer) {
+            seen.claims = seen.claims.saturating_sub(1);
+        }
     }
 }
 
@@ -214,6 +250,12 @@ struct State {
     next_id: u32,
     log: BTreeMap<u64, LogEntry>,
     by_prefix: HashMap<IndexKey, u64>,
+    /// Events that left the log by a record not known durable yet (a `Memory` settling
+    /// record, a removal of their fragments): groups' acknowledgements of them are dropped
+    /// only once everything written before is durable, so that no synced groups file lacks
+    /// an acknowledgement whose event a power cut could bring back. At most the ids the
+    /// groups' sets hold.
+    left_log: Vec<IndexKey>,
     /// Bumped by every change of what the file holds.
     version: u64,
 }
@@ -245,7 +287,7 @@ impl State {
             self.log.remove(&seq);
         }
         for g in &mut self.groups {
-            g.claims.remove(prefix);
+            g.take_claim(prefix);
             if let Some(seq) = seq {
                 g.returned.remove(&seq);
                 g.poisoned.remove(&seq);
@@ -254,8 +296,8 @@ impl State {
     }
 
     /// Drops event `prefix` from every group's acknowledged sets once it left the log (its
-    /// settling record written, or its fragments gone): the sets hold only events still
-    /// waiting, so they stay as small as the log and the file stays cheap to rewrite.
+    /// settling record, or the removal of its fragments, durable): the sets hold only events
+    /// still waiting, so they stay as small as the log and the file stays cheap to rewrite.
     fn drop_acks(&mut self, prefix: &IndexKey) {
         if self.by_prefix.contains_key(prefix) {
             return;
@@ -271,6 +313,15 @@ impl State {
         }
     }
 
+    /// Event `prefix` left the log by a record not known durable yet: remembered, if some
+    /// group's set holds it, until [`Groups::drop_acks_of`].
+    fn left_log(&mut self, prefix: &IndexKey) {
+        let p = prefix.as_bytes();
+        if self.groups.iter().any(|g| g.acked.contains(&p)) {
+            self.left_log.push(prefix.clone());
+        }
+    }
+
     /// Expired leases of group `gi` give their events back; returns the next lease end.
     fn sweep(&mut self, gi: usize, now: Instant, max_deliveries: u32) {
         let g = &mut self.groups[gi];
@@ -281,7 +332,7 @@ impl State {
             let (claim, prefix) = (*claim, prefix.clone());
             g.leases.pop();
             if g.claims.get(&prefix).is_some_and(|c| c.claim == claim) {
-                if let Some(c) = g.claims.remove(&prefix) {
+                if let Some(c) = g.take_claim(&prefix) {
                     g.leases_expired += 1;
                     give_back(g, &c, max_deliveries);
                 }
@@ -508,36 +559,72 @@ impl Groups {
         );
     }
 
-    /// Event `prefix` lost its fragments (removed key by key): it leaves the log, and the
-    /// groups forget their acknowledgements of it.
+    /// Event `prefix` lost its fragments (removed key by key): it leaves the log; the groups
+    /// forget their acknowledgements of it once the removal is durable.
     pub(crate) fn forget(&self, prefix: &IndexKey) {
         if self.active() {
             let mut s = self.state.lock();
             s.forget(prefix);
-            s.drop_acks(prefix);
+            s.left_log(prefix);
         }
     }
 
-    /// Event `prefix`'s settling record is written (durable as its acknowledgement asked):
-    /// the groups forget their acknowledgements of it. Not before: a crash between the two
-    /// would offer it again to groups that acknowledged it.
+    /// Event `prefix`'s settling record is written, durably: the groups forget their
+    /// acknowledgements of it. Not before: a crash between the two would offer it again to
+    /// groups that acknowledged it.
     pub(crate) fn settled_durably(&self, prefix: &IndexKey) {
         self.state.lock().drop_acks(prefix);
     }
 
-    /// After a reopen: keeps in each group's acknowledged sets only the events of the log
-    /// (the others were settled, or lost their fragments, before the file was rewritten).
-    /// An event a group acknowledged that is OPEN again (its policy now expects more
-    /// fragments) is offered to it again once complete.
-    pub(crate) fn keep_acks_of_log_only(&self) {
+    /// Event `prefix`'s settling record is written, not durably yet: the groups forget their
+    /// acknowledgements of it once everything written so far is durable (see `left_log`).
+    pub(crate) fn settled_in_memory(&self, prefix: &IndexKey) {
+        self.state.lock().left_log(prefix);
+    }
+
+    /// Events whose acknowledgements wait for durability before they are dropped.
+    pub(crate) fn left_log_len(&self) -> usize {
+        self.state.lock().left_log.len()
+    }
+
+    /// Takes the events that left the log so far; the caller makes every record written so
+    /// far durable, then hands them to [`Groups::drop_acks_of`] (or back, on failure).
+    pub(crate) fn take_left_log(&self) -> Vec<IndexKey> {
+        std::mem::take(&mut self.state.lock().left_log)
+    }
+
+    /// Puts back what [`Groups::take_left_log`] took (the records are not durable).
+    pub(crate) fn put_back_left_log(&self, mut left: Vec<IndexKey>) {
+        self.state.lock().left_log.append(&mut left);
+    }
+
+    /// The records that took these events out of the log are durable: the groups forget
+    /// their acknowledgements of them.
+    pub(crate) fn drop_acks_of(&self, left: &[IndexKey]) {
+        let mut s = self.state.lock();
+        for prefix in left {
+            s.drop_acks(prefix);
+        }
+    }
+
+    /// After a reopen: keeps in each group's acknowledged sets only the events still stored
+    /// (those of the log, and `open`: events OPEN again, made READY by a timeout that is not
+    /// durable). The others were settled, or lost their fragments, before the file was last
+    /// rewritten.
+    pub(crate) fn keep_acks_of_stored(&self, open: &[IndexKey]) {
         let mut s = self.state.lock();
         let State { groups, log, .. } = &mut *s;
         let mut changed = false;
         for g in groups.iter_mut() {
             let mut acked = AckedSet::default();
             let mut kept = AckedSet::default();
-            for e in log.values().filter(|e| e.acked & g.bit() != 0) {
-                let p = e.prefix.as_bytes();
+            let in_log = log
+                .values()
+                .filter(|e| e.acked & g.bit() != 0)
+                .map(|e| &e.prefix);
+            let open = open.iter().filter(|p| g.acked.contains(&p.as_bytes()));
+            for p in in_log.chain(open) {
+                let p = p.as_bytes();
                 acked.insert(&p);
                 if g.kept.contains(&p) {
                     kept.insert(&p);
@@ -777,8 +864,8 @@ impl Groups {
         let Some(gi) = s.by_id(id) else { return false };
         let now = Instant::now();
         let g = &mut s.groups[gi];
-        g.claims.insert(
-            prefix.clone(),
+        g.hold(
+            prefix,
             GroupClaim {
                 claim,
                 consumer: consumer.clone(),
@@ -800,7 +887,6 @@ impl Groups {
             g.leases
                 .retain(|Reverse((_, c, p))| claims.get(p).is_some_and(|held| held.claim == *c));
         }
-        g.seen(consumer, now);
         g.delivered_total += 1;
         true
     }
@@ -857,7 +943,7 @@ impl Groups {
         }
         let now = Instant::now();
         let g = &mut s.groups[gi];
-        if let Some(c) = g.claims.remove(&prefix) {
+        if let Some(c) = g.take_claim(&prefix) {
             g.seen(&c.consumer, now);
         }
         g.acked_total += 1;
@@ -902,7 +988,7 @@ impl Groups {
         s.sweep_all(self.max());
         let gi = self.held(&s, token, &prefix)?;
         let g = &mut s.groups[gi];
-        if let Some(c) = g.claims.remove(&prefix) {
+        if let Some(c) = g.take_claim(&prefix) {
             give_back(g, &c, self.max());
         }
         Ok(())
@@ -1004,10 +1090,10 @@ impl Groups {
         let mut out: Vec<ConsumerInfo> = g
             .consumers
             .iter()
-            .map(|(c, at)| ConsumerInfo {
+            .map(|(c, seen)| ConsumerInfo {
                 name: c.to_string(),
                 pending: pending.get(&**c).map_or(0, |p| p.0),
-                idle: now.saturating_duration_since(*at),
+                idle: now.saturating_duration_since(seen.at),
             })
             .collect();
         // Claim holders forgotten past the limit are listed from their claims.
@@ -1071,10 +1157,43 @@ mod tests {
                 Duration::from_secs(60)
             ));
         }
-        assert_eq!(groups.state.lock().groups[0].consumers.len(), MAX_CONSUMERS);
+        assert!(groups.state.lock().groups[0].consumers.len() <= MAX_CONSUMERS);
         let listed = groups.consumers("g").unwrap();
         assert_eq!(listed.len(), n, "every claim holder is listed");
         assert!(listed.iter().all(|c| c.pending == 1));
+    }
+
+    /// Fix (found in review): each new consumer past the limit rebuilt the set of busy
+    /// consumers from every claim held (quadratic). Now a full map forgets its longest-idle
+    /// quarter at once, idle consumers before busy ones.
+    #[test]
+    fn a_full_consumer_map_forgets_a_quarter_idle_ones_first() {
+        let m = crate::testing::FaultMedium::new("groups-consumers-batch");
+        let groups = Groups::load(&*m, 12).unwrap();
+        groups.add("g", false, Vec::new());
+        let busy = MAX_CONSUMERS / 2;
+        for i in 0..MAX_CONSUMERS {
+            let consumer: Arc<str> = format!("c{i}").into();
+            let prefix = IndexKey::new(&(i as u64).to_be_bytes().repeat(2)[..12]);
+            groups.append(i as u64 + 1, &prefix);
+            let lease = Duration::from_secs(60);
+            assert!(groups.record_claim(1, i as u64 + 1, &prefix, 0, i as u64, &consumer, lease));
+            if i >= busy {
+                // Settled: this consumer holds no claim any more.
+                groups.state.lock().groups[0].take_claim(&prefix);
+            }
+        }
+        let prefix = IndexKey::new(&[0xee; 12]);
+        groups.append(1 << 40, &prefix);
+        let new: Arc<str> = "new".into();
+        let lease = Duration::from_secs(60);
+        assert!(groups.record_claim(1, 1 << 40, &prefix, 0, 1 << 40, &new, lease));
+        let s = groups.state.lock();
+        let consumers = &s.groups[0].consumers;
+        assert_eq!(consumers.len(), MAX_CONSUMERS / 4 * 3 + 1);
+        assert!((0..busy).all(|i| consumers.contains_key(format!("c{i}").as_str())));
+        assert_eq!(consumers["new"].claims, 1);
+        assert_eq!(consumers["c0"].claims, 1);
     }
 
     /// Fix (found in review): a damaged groups file with a group id of 0 (the default queue's

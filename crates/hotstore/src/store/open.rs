@@ -241,7 +241,10 @@ impl Store {
         for prefix in store.inner.events.groups.settled() {
             store.inner.settle_event(&prefix)?;
         }
-        store.inner.events.groups.keep_acks_of_log_only();
+        if store.inner.events.groups.active() {
+            let open = store.inner.open_events();
+            store.inner.events.groups.keep_acks_of_stored(&open);
+        }
         Ok(store)
     }
 }
