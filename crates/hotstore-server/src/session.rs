@@ -23,6 +23,9 @@ pub struct ConnState {
     /// Claims taken by this connection and not yet settled, by token text, with the end of
     /// their lease (an expired one is dropped from the map when the next claim is taken).
     pub claims: HashMap<String, (ClaimToken, Instant)>,
+    /// Size of `claims` at which expired ones are next dropped (doubles with what stays, so
+    /// dropping is O(1) amortised per claim).
+    pub prune_claims_at: usize,
 }
 
 impl ConnState {

@@ -75,7 +75,7 @@ fn write_fragment(out: &mut Reply, layout: &KeyLayout, key: &[u8], value: &[u8])
     let suffix = fields.get(layout.event_fields()..).unwrap_or(&[]);
     out.array(suffix.len() + 1);
     for &f in suffix {
-        out.int(f as i64);
+        out.uint(f);
     }
     out.bulk(value);
 }
@@ -102,13 +102,27 @@ pub fn frag_put(ctx: &mut Ctx, args: &Args) -> CmdResult {
     // STORE.STATS, INFO and the metrics count events before any consumer has claimed
     // (one atomic load once tracking has started).
     ctx.shared.store.track_events();
-    ctx.shared
+    let put = ctx
+        .shared
         .store
-        .put(&key, args.get(n + 1), Durability::Memory)
-        .map_err(|e| reply_error(&e))?;
-    wrote(ctx, durability);
+        .put(&key, args.get(n + 1), Durability::Memory);
+    answer_after_commit(ctx, &put, durability);
+    put.map_err(|e| reply_error(&e))?;
     ctx.out.ok();
     Ok(Flow::Continue)
+}
+
+/// Marks the connection for its group commit before the reply to a write that succeeded, or
+/// that was refused because its event is acknowledged (`-LATE`, `-ACKED`): that answer tells
+/// the client to drop its data, so the acknowledgement it reports must be durable first
+/// (as DEL's absence is; a power cut could otherwise bring the event back).
+fn answer_after_commit(ctx: &mut Ctx, result: &hotstore::Result<()>, asked: Option<Durability>) {
+    if matches!(
+        result,
+        Ok(()) | Err(hotstore::Error::LateFragment { .. } | hotstore::Error::EventAcknowledged(_))
+    ) {
+        wrote(ctx, asked);
+    }
 }
 
 pub fn frag_get(ctx: &mut Ctx, args: &Args) -> CmdResult {
@@ -154,11 +168,9 @@ pub fn event_get(ctx: &mut Ctx, args: &Args) -> CmdResult {
 pub fn event_seal(ctx: &mut Ctx, args: &Args) -> CmdResult {
     let id = event_arg(layout(ctx), args)?;
     let durability = durability_option(args, 1 + layout(ctx).event_fields())?;
-    ctx.shared
-        .store
-        .seal(&id, Durability::Memory)
-        .map_err(|e| reply_error(&e))?;
-    wrote(ctx, durability);
+    let sealed = ctx.shared.store.seal(&id, Durability::Memory);
+    answer_after_commit(ctx, &sealed, durability);
+    sealed.map_err(|e| reply_error(&e))?;
     ctx.out.ok();
     Ok(Flow::Continue)
 }
@@ -261,11 +273,20 @@ pub fn write_claims(
     let Some(count) = batch.count else {
         return write_claim(shared, conn, out, first);
     };
+    // Fix (found in review): a batch ignored --max-reply-len (COUNT 10 of 900 kB events
+    // made a 9.9 MB reply under a 1 MiB limit). A claim that would pass it ends the batch
+    // and goes back to READY (dropped), for the next EVENT.NEXT.
+    let max = shared.config.max_reply_len;
+    let mut total = reply_estimate(&first);
     let mut claims = vec![first];
     while claims.len() < count {
         match claim_next(shared, batch.group, batch.consumer, batch.lease) {
-            Ok(Some(c)) => claims.push(c),
-            // An error after the first claim ends the batch; the next EVENT.NEXT reports it.
+            Ok(Some(c)) if total + reply_estimate(&c) <= max => {
+                total += reply_estimate(&c);
+                claims.push(c);
+            }
+            // Too big for this reply, or an error after the first claim (the next
+            // EVENT.NEXT reports it): the batch ends.
             _ => break,
         }
     }
@@ -275,10 +296,25 @@ pub fn write_claims(
     }
 }
 
+/// About how many bytes the reply to `claim` takes: its values and a generous 64 bytes per
+/// fragment for the framing and the fragment's fields, plus the token.
+fn reply_estimate(claim: &Claim) -> usize {
+    claim.bytes() as usize + 64 * claim.fragment_count() as usize + 256
+}
+
 /// Writes `[token, [event fields], incomplete, fragments]` and keeps the token with the
 /// connection, so the claim is released if the connection goes before acknowledging.
 pub fn write_claim(shared: &Shared, conn: &mut ConnState, out: &mut Reply, claim: Claim) {
     let layout = shared.store.layout();
+    let (bytes, max) = (reply_estimate(&claim), shared.config.max_reply_len);
+    if bytes > max {
+        out.error(&format!(
+            "ERR event {} is a reply of about {bytes} bytes, more than max-reply-len ({max}): \
+             it stays READY; raise --max-reply-len to consume it",
+            claim.event()
+        ));
+        return; // dropping the claim releases it
+    }
     // Fragments are counted as they are read (the array header comes first).
     let mut body = Vec::new();
     let mut count = 0usize;
@@ -299,15 +335,20 @@ pub fn write_claim(shared: &Shared, conn: &mut ConnState, out: &mut Reply, claim
     let fields = id_fields(layout, claim.event());
     out.array(fields.len());
     for f in fields {
-        out.int(f as i64);
+        out.uint(f);
     }
     out.int(claim.incomplete() as i64);
     out.array(count);
     out.raw(&body);
     // Claims whose lease ended are no longer this connection's to release (a long-lived
-    // consumer that lets leases expire would otherwise grow the map without bound).
-    let now = Instant::now();
-    conn.claims.retain(|_, (_, until)| *until > now);
+    // consumer that lets leases expire would otherwise grow the map without bound). Dropped
+    // once the map doubled since the last time (found in review: a scan per claim made a
+    // batch of 10 000 cost more the more claims the connection held).
+    if conn.claims.len() >= conn.prune_claims_at {
+        let now = Instant::now();
+        conn.claims.retain(|_, (_, until)| *until > now);
+        conn.prune_claims_at = (2 * conn.claims.len()).max(crate::conn::CLAIMS_PRUNE_MIN);
+    }
     let until = claim.lease_until();
     conn.claims.insert(token, (claim.into_token(), until));
 }
@@ -376,15 +417,20 @@ pub fn event_ack(ctx: &mut Ctx, args: &Args) -> CmdResult {
         ),
         None => None,
     };
-    let mut parsed = Vec::with_capacity(tokens);
-    for i in 1..at {
-        let (text, token) = token_at(args, i)?;
-        ctx.conn.claims.remove(&text);
-        parsed.push(token);
-    }
-    // Tokens of another group answer an error of their own; the others are acknowledged.
+    // Every token parsed before any is touched. Fix (found in review): a bad token after a
+    // good one aborted the command after the good one left the connection's claims, so a
+    // disconnect no longer gave it back and it stayed held for its whole lease.
+    let parsed: Vec<(String, ClaimToken)> = (1..at)
+        .map(|i| token_at(args, i))
+        .collect::<Result<_, _>>()?;
+    // Tokens of another group answer an error of their own (and stay the connection's); the
+    // others are acknowledged.
     let (mine, foreign): (Vec<usize>, Vec<usize>) =
-        (0..parsed.len()).partition(|&i| group_id.is_none_or(|id| parsed[i].group == id));
+        (0..parsed.len()).partition(|&i| group_id.is_none_or(|id| parsed[i].1.group == id));
+    for &i in &mine {
+        ctx.conn.claims.remove(&parsed[i].0);
+    }
+    let parsed: Vec<ClaimToken> = parsed.into_iter().map(|(_, t)| t).collect();
     let batch: Vec<ClaimToken> = mine.iter().map(|&i| parsed[i].clone()).collect();
     // Persisted: the connection's group commit (a flush) follows before the reply.
     let acked = if ctx.shared.durability(durability) == Durability::Persisted {
@@ -403,7 +449,8 @@ pub fn event_ack(ctx: &mut Ctx, args: &Args) -> CmdResult {
             group.unwrap_or_default()
         ));
     }
-    if results.iter().any(|r| r.is_ok()) {
+    // Also when every one answered -ACKED (see `answer_after_commit`).
+    if !mine.is_empty() {
         wrote(ctx, durability);
     }
     if let [only] = &results[..] {
@@ -585,6 +632,9 @@ pub fn event_release(ctx: &mut Ctx, args: &Args) -> CmdResult {
     let (text, token) = token_arg(args)?;
     let result = ctx.shared.store.release(&token);
     ctx.conn.claims.remove(&text);
+    if matches!(result, Err(hotstore::Error::EventAcknowledged(_))) {
+        answer_after_commit(ctx, &result, None);
+    }
     result.map_err(|e| reply_error(&e))?;
     ctx.out.ok();
     Ok(Flow::Continue)
@@ -629,7 +679,7 @@ pub fn event_range(ctx: &mut Ctx, args: &Args) -> CmdResult {
     for e in events {
         let f = id_fields(&layout, &e.id);
         ctx.out.array(5);
-        ctx.out.int(f.last().copied().unwrap_or(0) as i64);
+        ctx.out.uint(f.last().copied().unwrap_or(0));
         ctx.out.bulk(match e.state {
             EventState::Open => b"open",
             EventState::Ready => b"ready",

@@ -193,7 +193,10 @@ pub fn scan(ctx: &mut Ctx, args: &Args) -> CmdResult {
             k.push(0); // the next key after it
             k
         };
-    let count = count.min(1 << 20);
+    // COUNT is a hint (as in Redis): at most 2^20 keys, and no more than fit
+    // --max-reply-len at the longest key length (found in review: it was not checked).
+    let fit = ctx.shared.config.max_reply_len / (hotstore::MAX_KEY_LEN + 16);
+    let count = count.min(1 << 20).min(fit.max(1));
     let batch = if only_strings {
         ctx.shared.store.range_keys(&from, None, count)
     } else {

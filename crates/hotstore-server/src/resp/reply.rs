@@ -9,12 +9,18 @@ use std::io::Write;
 pub struct Reply<'a> {
     out: &'a mut Vec<u8>,
     resp3: bool,
+    /// The kind of each error written (for the metrics), also those inside arrays.
+    errors: Vec<&'static str>,
 }
 
 impl<'a> Reply<'a> {
     /// A writer on `out` speaking RESP3 if `resp3`, else RESP2.
     pub fn new(out: &'a mut Vec<u8>, resp3: bool) -> Self {
-        Reply { out, resp3 }
+        Reply {
+            out,
+            resp3,
+            errors: Vec::new(),
+        }
     }
 
     /// Switches protocol (HELLO answers in the protocol it selects).
@@ -52,8 +58,16 @@ impl<'a> Reply<'a> {
         self.error_bytes(msg.as_bytes());
     }
 
+    /// The kinds of the errors written so far (see `error::error_kind`), taken.
+    pub fn take_errors(&mut self) -> Vec<&'static str> {
+        std::mem::take(&mut self.errors)
+    }
+
     /// An error whose text need not be UTF-8 (`got '\xff'` in a protocol error).
     pub fn error_bytes(&mut self, msg: &[u8]) {
+        self.errors.push(crate::error::error_kind(
+            std::str::from_utf8(msg).unwrap_or("ERR"),
+        ));
         self.out.push(b'-');
         self.out.extend(
             msg.iter()
@@ -65,6 +79,20 @@ impl<'a> Reply<'a> {
     /// An integer.
     pub fn int(&mut self, n: i64) {
         self.header(b':', n);
+    }
+
+    /// An unsigned integer: an integer up to `i64::MAX`; above it (RESP integers are signed),
+    /// a big number in RESP3 and its decimal digits as a bulk string in RESP2.
+    pub fn uint(&mut self, n: u64) {
+        match i64::try_from(n) {
+            Ok(n) => self.int(n),
+            Err(_) if self.resp3 => {
+                self.out.push(b'(');
+                self.out.extend_from_slice(n.to_string().as_bytes());
+                self.out.extend_from_slice(b"\r\n");
+            }
+            Err(_) => self.bulk(n.to_string().as_bytes()),
+        }
     }
 
     /// A bulk string.

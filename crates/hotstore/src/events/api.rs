@@ -33,6 +33,11 @@ impl Store {
     pub fn seal(&self, id: &EventId, durability: Durability) -> Result<()> {
         self.inner
             .write_event_record(id.as_bytes(), EventWrite::Seal, durability, |e| match e {
+                // Fix (found in review): a retrying producer was told its consumed event
+                // did not exist, as if its data were lost.
+                None if self.inner.events.is_acked(id.as_bytes()) => {
+                    Err(Error::EventAcknowledged(id.to_string()))
+                }
                 None => Err(Error::NoSuchEvent(id.to_string())),
                 Some(e) if matches!(e.state, super::State::Kept) => {
                     Err(Error::EventAcknowledged(id.to_string()))

@@ -178,11 +178,7 @@ impl Inner {
         lease: Duration,
         wait: Option<Duration>,
     ) -> Result<Option<Claim>> {
-        if lease.is_zero() {
-            return Err(Error::InvalidArgument(
-                "a lease must be longer than 0".into(),
-            ));
-        }
+        super::check_claim(consumer, lease)?;
         self.check_poisoned()?;
         self.check_no_groups()?;
         let deadline = wait.map(crate::clock::from_now);
@@ -283,11 +279,7 @@ impl Inner {
         consumer: &str,
         lease: Duration,
     ) -> Result<Claim> {
-        if lease.is_zero() {
-            return Err(Error::InvalidArgument(
-                "a lease must be longer than 0".into(),
-            ));
-        }
+        super::check_claim(consumer, lease)?;
         self.check_event_id(id)?;
         self.check_poisoned()?;
         self.check_no_groups()?;

@@ -71,11 +71,7 @@ impl Store {
     ) -> Result<Claim> {
         // Fix (found in review): a zero lease was taken (and expired at once), where
         // `claim_event` and `next_event` refuse it.
-        if lease.is_zero() {
-            return Err(Error::InvalidArgument(
-                "a lease must be longer than 0".into(),
-            ));
-        }
+        super::check_claim(consumer, lease)?;
         self.inner.check_event_id(id)?;
         self.inner.check_poisoned()?;
         let g = &self.inner.events.groups;
@@ -379,11 +375,7 @@ impl Inner {
         lease: Duration,
         wait: Option<Duration>,
     ) -> Result<Option<Claim>> {
-        if lease.is_zero() {
-            return Err(Error::InvalidArgument(
-                "a lease must be longer than 0".into(),
-            ));
-        }
+        super::check_claim(consumer, lease)?;
         self.check_poisoned()?;
         let ev = &self.events;
         ev.track(&self.index);

@@ -410,6 +410,27 @@ const EMPTY_HEAD: u64 = u64::MAX;
 /// Most deliveries an event's count holds (a byte per event), so the largest
 /// [`crate::Store::set_max_deliveries`].
 pub const MAX_DELIVERIES: u32 = u8::MAX as u32;
+
+/// Longest consumer name, in bytes (names are remembered per claim and per group).
+pub const MAX_CONSUMER_NAME: usize = 256;
+
+/// Checks a claim's consumer name and lease.
+pub(crate) fn check_claim(consumer: &str, lease: Duration) -> crate::Result<()> {
+    // Fix (found in review): names had no limit; 20 clients naming themselves with 50 MiB
+    // each held a gigabyte in a group's consumer map.
+    if consumer.len() > MAX_CONSUMER_NAME {
+        return Err(crate::Error::InvalidArgument(format!(
+            "a consumer name is at most {MAX_CONSUMER_NAME} bytes, not {}",
+            consumer.len()
+        )));
+    }
+    if lease.is_zero() {
+        return Err(crate::Error::InvalidArgument(
+            "a lease must be longer than 0".into(),
+        ));
+    }
+    Ok(())
+}
 /// How long a consumer waiting for work polls before it parks (see `Events::wait_while`):
 /// several events' time at the rates a readout reaches, a negligible share of an idle
 /// consumer's CPU.
