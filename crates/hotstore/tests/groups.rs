@@ -545,3 +545,67 @@ fn a_persisted_group_ack_survives_a_power_cut_that_loses_the_memory_record_settl
         );
     }
 }
+
+/// Fix (found in review): `Memory` acknowledgements replaced `events.groups` itself without a
+/// sync; after a power cut a file system may keep the rename and not the data (an empty
+/// file), and the store refused to open (bad metadata). They now go to a file of their own,
+/// read only if valid and newer.
+#[test]
+fn a_torn_unsynced_groups_file_leaves_the_durable_one() {
+    use hotstore::testing::Medium;
+    let m = FaultMedium::new("groups-torn");
+    let s = common::open_two_lanes(&m);
+    s.create_group("a", true).unwrap();
+    s.create_group("b", true).unwrap();
+    put_events(&s, 0..3);
+    let c = s.next_event_in("a", "c", LEASE).unwrap().unwrap();
+    c.ack(Ack::Remove).unwrap(); // Persisted: event 0, durable
+    let c = s.next_event_in("a", "c", LEASE).unwrap().unwrap();
+    c.ack_with(Ack::Remove, Durability::Memory).unwrap(); // event 1, not synced
+                                                          // kill -9: the unsynced file holds event 1's acknowledgement and wins.
+    let image = m.process_crash();
+    std::mem::forget(s);
+    let s = common::open_two_lanes(&image);
+    assert_eq!(drain(&s, "a", Ack::Remove), vec![2]);
+    drop(s);
+    // A power cut that kept the unsynced file's name but not its data.
+    let m = FaultMedium::new("groups-torn-2");
+    let s = common::open_two_lanes(&m);
+    s.create_group("a", true).unwrap();
+    s.create_group("b", true).unwrap();
+    put_events(&s, 0..3);
+    let c = s.next_event_in("a", "c", LEASE).unwrap().unwrap();
+    c.ack(Ack::Remove).unwrap();
+    let files = |m: &FaultMedium| -> Vec<(String, Vec<u8>)> {
+        let mut names = m.list().unwrap();
+        names.retain(|n| n.starts_with("events."));
+        names.sort();
+        names
+            .into_iter()
+            .map(|n| (m.read_file(&n).unwrap().unwrap_or_default(), n))
+            .map(|(b, n)| (n, b))
+            .collect()
+    };
+    let before = files(&m);
+    let c = s.next_event_in("a", "c", LEASE).unwrap().unwrap();
+    c.ack_with(Ack::Remove, Durability::Memory).unwrap();
+    // The files this unsynced write replaced.
+    let replaced: Vec<String> = files(&m)
+        .into_iter()
+        .filter(|f| !before.contains(f))
+        .map(|(n, _)| n)
+        .collect();
+    assert!(!replaced.is_empty());
+    let image = m.crash(None);
+    std::mem::forget(s);
+    for name in &replaced {
+        image.write_file(name, b"").unwrap();
+    }
+    let s = common::open_two_lanes(&image);
+    assert_eq!(
+        drain(&s, "a", Ack::Remove),
+        vec![1, 2],
+        "the durable file: event 0 acknowledged"
+    );
+    assert_eq!(drain(&s, "b", Ack::Remove), vec![0, 1, 2]);
+}

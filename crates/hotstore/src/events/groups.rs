@@ -42,8 +42,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// File holding the groups and their acknowledgements, on the first tier.
+/// File holding the groups and their acknowledgements, on the first tier (written durably).
 pub const GROUPS_FILE: &str = "events.groups";
+/// The same, written without a sync (for `Memory` acknowledgements). Kept apart: a power cut
+/// may leave a file replaced without a sync empty or torn (XFS, or ext4 without
+/// `auto_da_alloc`), and the durable one must still be there. At open the valid one with the
+/// larger `seq` wins.
+pub const GROUPS_FILE_UNSYNCED: &str = "events.groups.memory";
 const GROUPS_VERSION: u32 = 1;
 /// Most groups a store has at once.
 pub const MAX_GROUPS: usize = 64;
@@ -258,6 +263,8 @@ struct State {
     left_log: Vec<IndexKey>,
     /// Bumped by every change of what the file holds.
     version: u64,
+    /// Added to `version` for the files' `seq`: past every `seq` found at open.
+    seq_base: u64,
 }
 
 impl State {
@@ -421,6 +428,9 @@ fn give_back(g: &mut Group, c: &GroupClaim, max_deliveries: u32) {
 #[derive(Serialize, Deserialize)]
 struct OnDisk {
     version: u32,
+    /// Orders the two files (larger: newer); 0 in files of older builds.
+    #[serde(default)]
+    seq: u64,
     prefix_len: usize,
     next_id: u32,
     groups: Vec<GroupOnDisk>,
@@ -458,19 +468,38 @@ impl Groups {
             next_id: 1,
             ..State::default()
         };
-        if let Some(bytes) = medium.read_file(GROUPS_FILE)? {
-            let bad = |reason: String| Error::BadMetadata {
-                path: medium.path().join(GROUPS_FILE),
-                reason,
+        let bad = |name: &str, reason: String| Error::BadMetadata {
+            path: medium.path().join(name),
+            reason,
+        };
+        let parse = |name: &str| -> Result<Option<OnDisk>> {
+            let Some(bytes) = medium.read_file(name)? else {
+                return Ok(None);
             };
-            let disk: OnDisk = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+            let disk: OnDisk =
+                serde_json::from_slice(&bytes).map_err(|e| bad(name, e.to_string()))?;
             if disk.version != GROUPS_VERSION || disk.prefix_len != prefix_len {
-                return Err(bad(format!(
-                    "version {} with {}-byte ids; this build reads version {GROUPS_VERSION} \
-                     with {prefix_len}-byte ids",
-                    disk.version, disk.prefix_len
-                )));
+                return Err(bad(
+                    name,
+                    format!(
+                        "version {} with {}-byte ids; this build reads version {GROUPS_VERSION} \
+                         with {prefix_len}-byte ids",
+                        disk.version, disk.prefix_len
+                    ),
+                ));
             }
+            Ok(Some(disk))
+        };
+        let durable = parse(GROUPS_FILE)?;
+        // Not synced: a power cut may have left it torn; then the durable one holds.
+        let unsynced = parse(GROUPS_FILE_UNSYNCED).ok().flatten();
+        let (name, disk) = match (durable, unsynced) {
+            (Some(d), Some(u)) if u.seq > d.seq => (GROUPS_FILE_UNSYNCED, Some(u)),
+            (Some(d), _) => (GROUPS_FILE, Some(d)),
+            (None, u) => (GROUPS_FILE_UNSYNCED, u),
+        };
+        if let Some(disk) = disk {
+            let bad = |reason: String| bad(name, reason);
             if disk.groups.len() > MAX_GROUPS {
                 return Err(bad(format!("more than {MAX_GROUPS} groups")));
             }
@@ -478,6 +507,7 @@ impl Groups {
                 return Err(bad(format!("next group id {}", disk.next_id)));
             }
             state.next_id = disk.next_id;
+            state.seq_base = disk.seq + 1;
             for (slot, d) in disk.groups.into_iter().enumerate() {
                 // Fix (found in review): id 0 is the default queue's in tokens, and the next
                 // id after u32::MAX wrapped (reusing ids).
@@ -647,6 +677,7 @@ impl Groups {
         }
         let disk = OnDisk {
             version: GROUPS_VERSION,
+            seq: s.seq_base + s.version,
             prefix_len: self.prefix_len,
             next_id: s.next_id,
             groups: s
@@ -690,7 +721,7 @@ impl Groups {
             medium.write_file(GROUPS_FILE, &bytes)?;
             self.synced.store(version, Ordering::Release);
         } else {
-            medium.write_file_unsynced(GROUPS_FILE, &bytes)?;
+            medium.write_file_unsynced(GROUPS_FILE_UNSYNCED, &bytes)?;
         }
         self.written.fetch_max(version, Ordering::AcqRel);
         Ok(())
