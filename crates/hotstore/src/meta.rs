@@ -69,6 +69,25 @@ impl Meta {
                 supported: FORMAT_VERSION,
             });
         }
+        // Fix (found in review): a damaged file with no tiers, or a segment size of 0,
+        // panicked (an index out of bounds, a division by zero) instead of being refused.
+        let size = meta.segment_size_bytes;
+        let reason = if meta.tiers.is_empty() {
+            Some("it lists no tier".to_string())
+        } else if !(crate::MIN_SEGMENT_SIZE as u64..=crate::MAX_SEGMENT_SIZE as u64).contains(&size)
+            || !size.is_multiple_of(4096)
+        {
+            Some(format!(
+                "segment_size_bytes {size} is not a multiple of 4096 from {} to {}",
+                crate::MIN_SEGMENT_SIZE,
+                crate::MAX_SEGMENT_SIZE
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return Err(Error::BadMetadata { path, reason });
+        }
         Ok(Some(meta))
     }
 

@@ -95,7 +95,8 @@ pub struct Stats {
     pub reserve_bytes: u64,
     /// Live bytes up to which puts never answer `StoreFull` on a bounded store (0 for a store
     /// the file system bounds): the capacity less the reserve, the writers' and relocation's
-    /// open segments and the cleaning margin (docs/design.md, "A bounded store never wedges").
+    /// open segments and the cleaning margin, times how full the largest record stored so far
+    /// lets a file be (docs/design.md, "A bounded store never wedges").
     pub guaranteed_live_bytes: u64,
     /// Key layout.
     pub layout: String,

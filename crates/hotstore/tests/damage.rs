@@ -472,3 +472,35 @@ fn header_length_mismatch_is_refused_in_strict_mode() {
     let s = open(&d, RecoveryMode::Salvage).unwrap();
     assert!(!s.recovery_report().bad_headers.is_empty());
 }
+
+/// Fix (found in review): a damaged `hotstore.meta` listing no tier, or a segment size of 0,
+/// panicked at open (an index out of bounds, a division by zero); it is bad metadata.
+#[test]
+fn a_meta_file_with_no_tier_or_an_impossible_segment_size_is_refused() {
+    let edits: [(&str, serde_json::Value); 3] = [
+        ("tiers", serde_json::json!([])),
+        ("segment_size_bytes", serde_json::json!(0)),
+        ("segment_size_bytes", serde_json::json!(65537)),
+    ];
+    for (field, value) in edits {
+        let m = FaultMedium::new("damage-meta");
+        let s = open(&m, RecoveryMode::Strict).unwrap();
+        s.put(b"k", b"v", Durability::Persisted).unwrap();
+        drop(s);
+        let bytes = m.read_file("hotstore.meta").unwrap().unwrap();
+        let mut meta: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        meta[field] = value.clone();
+        m.write_file("hotstore.meta", &serde_json::to_vec(&meta).unwrap())
+            .unwrap();
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            open(&m, RecoveryMode::Strict).map(|_| ())
+        }));
+        let e = opened
+            .unwrap_or_else(|_| panic!("{field} = {value}: panicked"))
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::BadMetadata { .. }),
+            "{field} = {value}: {e}"
+        );
+    }
+}
