@@ -806,3 +806,34 @@ fn a_refused_direct_put_is_not_found_after_a_power_cut() {
     }
     s.close().unwrap();
 }
+
+/// Fix (found in review): a late fragment taking the direct path was refused only at
+/// publish, after its blocks (a valid header with a fresh lsn) were written; a kill before
+/// the header was zeroed left a record the reopen kept (newer than the event's removal),
+/// bringing the acknowledged event back. It is now refused before anything is written.
+#[test]
+fn a_late_direct_fragment_is_refused_before_it_is_written() {
+    let m = FaultMedium::new("late-direct");
+    let s = open(&m, RecoveryMode::Strict, 1).unwrap();
+    let big = vec![7u8; 4 * DIRECT_MIN];
+    let key = |det: u16| FragmentKey::new(1, 5, det, 0).to_bytes();
+    s.put(&key(0), &big, Durability::Persisted).unwrap();
+    let c = s
+        .next_event("c", std::time::Duration::from_secs(30))
+        .unwrap()
+        .unwrap();
+    c.ack(hotstore::Ack::Remove).unwrap();
+    let written = || m.faults().block_bytes_written.load(Ordering::SeqCst);
+    let before = written();
+    let late = s.put(&key(1), &big, Durability::Persisted);
+    assert!(matches!(late, Err(Error::LateFragment { .. })), "{late:?}");
+    assert_eq!(
+        written(),
+        before,
+        "the refused fragment's blocks were written"
+    );
+    let image = m.process_crash();
+    std::mem::forget(s);
+    let s = open(&image, RecoveryMode::Strict, 1).unwrap();
+    assert!(s.event(&hotstore::EventId::new(1, 5)).unwrap().is_empty());
+}

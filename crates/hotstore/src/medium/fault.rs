@@ -32,6 +32,8 @@ pub struct FaultConfig {
     /// If set, only files whose name ends with this fail from `fail_write_file_from` on
     /// (e.g. `.sum`: summaries fail, the metadata with its list of files does not).
     pub fail_write_file_suffix: Mutex<Option<String>>,
+    /// Bytes written by block writes (direct records) so far.
+    pub block_bytes_written: AtomicU64,
     /// Bulk writes (`Region::write`) are paced to this many bytes per second across the whole
     /// medium, as a slow device would take them; 0 means unlimited.
     pub write_bytes_per_sec: AtomicU64,
@@ -153,6 +155,9 @@ impl Region for MemRegion {
             offset.is_multiple_of(4096) && total.is_multiple_of(4096),
             "unaligned block write"
         );
+        self.faults
+            .block_bytes_written
+            .fetch_add(total as u64, Ordering::Relaxed);
         // Safety: the caller's contract covers the whole range.
         unsafe { self.write_parts(offset, parts, true) }
     }
