@@ -582,10 +582,23 @@ impl Inner {
                 min_gain_bytes: 0,
                 below_id: u64::MAX,
             };
-            let before = self.relocator.offloaded_bytes.load(Ordering::Relaxed);
-            self.note_background(self.relocate_step(&rule, Some(t + 1)));
-            let moved = self.relocator.offloaded_bytes.load(Ordering::Relaxed) - before;
-            budget = budget.saturating_sub(moved);
+            // Steps until the sweep's budget is spent (found in review: one step per sweep
+            // moved one group, a few records a sweep with small segments).
+            let mut rule = rule;
+            loop {
+                let before = self.relocator.offloaded_bytes.load(Ordering::Relaxed);
+                self.note_background(self.relocate_step(&rule, Some(t + 1)));
+                let moved = self.relocator.offloaded_bytes.load(Ordering::Relaxed) - before;
+                budget = budget.saturating_sub(moved);
+                rule.budget_bytes = self.relocation_budget(t + 1);
+                rule.pace_bytes = budget;
+                if moved == 0
+                    || budget < self.tiers[t].segment_size as u64
+                    || self.tier_fill()[t].fraction() < high
+                {
+                    break;
+                }
+            }
         }
         // Foreground writes first: cleaning that is not needed yet waits for a sweep in which
         // no writer had to wait for a file (a writer that finds the store full does not wait
