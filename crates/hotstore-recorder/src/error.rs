@@ -82,6 +82,19 @@ pub enum RecorderError {
         /// The library's description.
         reason: String,
     },
+    /// A trigger stamped further in the future than
+    /// [`MAX_TRIGGER_AHEAD`](crate::recorder::MAX_TRIGGER_AHEAD) (a mistyped time, or a clock
+    /// that is wrong): accepted, it would make every later trigger extend a recording whose
+    /// window does not start for a long time, and record nothing of theirs.
+    #[error("trigger time {ts_ns} is {:.3} s in the future; at most {:.0} s ahead is accepted (the time is ns since the Unix epoch; omit it to trigger now)", *ahead_ns as f64 / 1e9, *max_ns as f64 / 1e9)]
+    TriggerTooFarAhead {
+        /// The trigger time asked for (ns since the Unix epoch).
+        ts_ns: u64,
+        /// How far ahead of the recorder's clock it is.
+        ahead_ns: u64,
+        /// The most accepted.
+        max_ns: u64,
+    },
     /// The recorder has stopped (a writer failed or it was shut down).
     #[error("the recorder has stopped: {0}")]
     Stopped(String),

@@ -35,8 +35,20 @@ pub struct LinkManifest {
     pub link: u16,
     /// Frames stored and durable.
     pub frames_recorded: u64,
-    /// Frames of this recording's window refused because the DRAM bound was reached.
+    /// Frames of this recording's window lost and counted: refused because the DRAM bound
+    /// was reached, plus `frames_discarded`.
     pub frames_dropped: u64,
+    /// Of `frames_dropped`, frames that reached the ring but were not stored: the store was
+    /// full when the recorder stopped, or a slice needed more than 65536 parts (see `notes`).
+    /// Absent in older manifests (0).
+    #[serde(default)]
+    pub frames_discarded: u64,
+    /// How much of the window's head (ns from the window start) this link's ring no longer
+    /// held when the recording started on it: a trigger that came late, or a ring shorter than
+    /// the pre-trigger window. Those frames are not stored and not in `frames_dropped` (their
+    /// number is unknown); non-zero makes the recording lossy. Absent in older manifests (0).
+    #[serde(default)]
+    pub head_missing_ns: u64,
     /// Slices of this link stored and durable (slices 0..n).
     pub slices_durable: u64,
     /// Timestamp of the first stored frame.
@@ -54,7 +66,9 @@ pub struct Manifest {
     pub recording_id: u32,
     /// State.
     pub state: RecordingState,
-    /// True if any frame of the window was dropped (DRAM bound reached).
+    /// True if part of the window is not stored: frames dropped or discarded
+    /// (`frames_dropped`), a link's head missing (`head_missing_ns`), or a trigger's window
+    /// reaching before the recording's start (`trigger_head_missing_ns`).
     pub lossy: bool,
     /// Trigger times (ns since the Unix epoch); more than one if triggers extended it.
     pub triggers_ns: Vec<u64>,
@@ -75,6 +89,15 @@ pub struct Manifest {
     pub durability: String,
     /// Slices durable on every link (the event-level progress).
     pub slices_durable: u64,
+    /// The largest part (ns) of a trigger's window that lies before `start_ns` and in no
+    /// earlier recording: a trigger that extended this recording but came later than the
+    /// first one and reached further back. Not recorded. Absent in older manifests (0).
+    #[serde(default)]
+    pub trigger_head_missing_ns: u64,
+    /// What went wrong, for people (why frames were discarded or a head is missing). Absent
+    /// in older manifests (empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// Per-link progress.
     pub links: Vec<LinkManifest>,
     /// When the manifest was created (ns since the Unix epoch).
@@ -89,9 +112,23 @@ impl Manifest {
         self.links.iter().map(|l| l.frames_recorded).sum()
     }
 
-    /// Total frames dropped.
+    /// Total frames dropped (discarded ones included).
     pub fn frames_dropped(&self) -> u64 {
         self.links.iter().map(|l| l.frames_dropped).sum()
+    }
+
+    /// Total frames discarded (reached the ring, not stored).
+    pub fn frames_discarded(&self) -> u64 {
+        self.links.iter().map(|l| l.frames_discarded).sum()
+    }
+
+    /// The largest head missing on any link (ns), see [`LinkManifest::head_missing_ns`].
+    pub fn head_missing_ns(&self) -> u64 {
+        self.links
+            .iter()
+            .map(|l| l.head_missing_ns)
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -181,4 +218,22 @@ pub fn list(store_dir: &Path) -> Result<Vec<u32>> {
         .collect();
     ids.sort_unstable();
     Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_manifest_without_the_newer_fields_still_parses() {
+        let old = r#"{"version":1,"recording_id":3,"state":"complete","lossy":false,
+            "triggers_ns":[5],"pre_ns":1,"post_ns":2,"start_ns":4,"end_ns":7,"slice_ns":1,
+            "frame_len":64,"durability":"persisted","slices_durable":3,
+            "links":[{"link":0,"frames_recorded":3,"frames_dropped":0,"slices_durable":3,
+                      "first_ts_ns":4,"last_ts_ns":6}],
+            "created_unix_ns":1,"updated_unix_ns":2}"#;
+        let m: super::Manifest = serde_json::from_str(old).expect("an old manifest parses");
+        assert_eq!(m.links[0].head_missing_ns, 0);
+        assert_eq!(m.links[0].frames_discarded, 0);
+        assert_eq!(m.trigger_head_missing_ns, 0);
+        assert!(m.notes.is_empty());
+    }
 }

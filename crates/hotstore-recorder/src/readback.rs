@@ -47,8 +47,15 @@ pub struct LinkReport {
     pub frames: u64,
     /// Frames the manifest says are durable.
     pub manifest_frames: u64,
-    /// Frames the manifest says were dropped (DRAM bound reached).
+    /// Frames the manifest says were dropped (DRAM bound reached, or discarded).
     pub manifest_dropped: u64,
+    /// Of those, frames the manifest says reached the ring but were not stored (a full store
+    /// at a stop, or past a slice's last part): the ring sequence jumps over them.
+    pub manifest_discarded: u64,
+    /// The window's head the manifest says this link's ring no longer held (ns).
+    pub manifest_head_missing_ns: u64,
+    /// Ring frames skipped between stored slices (see `missing_slices`).
+    pub ring_frames_skipped: u64,
     /// Frames with the generator's self-describing header (checked one by one).
     pub checked_frames: u64,
     /// First and last frame sequence number found (checked frames only).
@@ -61,7 +68,8 @@ pub struct LinkReport {
     pub missing_frames: u64,
     /// Damaged, misplaced or out-of-order frames.
     pub bad_frames: Vec<BadFrame>,
-    /// Ring sequence discontinuities between stored slices (a slice missing from the store).
+    /// Ring sequence discontinuities between stored slices (a slice missing from the store)
+    /// that the manifest's discarded frames do not explain.
     pub missing_slices: Vec<String>,
 }
 
@@ -134,6 +142,8 @@ pub fn verify(store: &Store, recording: u32) -> Result<VerifyReport> {
                         link: l.link,
                         manifest_frames: l.frames_recorded,
                         manifest_dropped: l.frames_dropped,
+                        manifest_discarded: l.frames_discarded,
+                        manifest_head_missing_ns: l.head_missing_ns,
                         ..Default::default()
                     },
                     next_ring: None,
@@ -161,6 +171,7 @@ pub fn verify(store: &Store, recording: u32) -> Result<VerifyReport> {
         let r = &mut w.report;
         if let Some(expected) = w.next_ring {
             if h.first_ring != expected {
+                r.ring_frames_skipped += h.first_ring.abs_diff(expected);
                 r.missing_slices.push(format!(
                     "slice {} part {}: ring frames {}..{} are not in the store",
                     h.slice, h.part, expected, h.first_ring
@@ -216,7 +227,14 @@ pub fn verify(store: &Store, recording: u32) -> Result<VerifyReport> {
             r.last_seq = Some(fh.seq.max(r.last_seq.unwrap_or(0)));
         }
     })?;
-    let links: Vec<LinkReport> = walks.into_values().map(|w| w.report).collect();
+    let mut links: Vec<LinkReport> = walks.into_values().map(|w| w.report).collect();
+    for l in &mut links {
+        // Frames the writer discarded (counted in the manifest) leave a jump in the ring
+        // sequence: not damage when the manifest accounts for every skipped frame.
+        if l.ring_frames_skipped <= l.manifest_discarded {
+            l.missing_slices.clear();
+        }
+    }
     let short: Vec<String> = links
         .iter()
         .filter(|l| l.frames < l.manifest_frames)
@@ -249,11 +267,33 @@ pub fn verify(store: &Store, recording: u32) -> Result<VerifyReport> {
             ));
         }
         if m.lossy {
-            why.push(format!(
-                "lossy: {} frames were dropped at the DRAM bound",
-                m.frames_dropped()
-            ));
+            let discarded = m.frames_discarded();
+            let mut lost = Vec::new();
+            let at_bound = m.frames_dropped() - discarded;
+            if at_bound > 0 {
+                lost.push(format!("{at_bound} frames were dropped at the DRAM bound"));
+            }
+            if discarded > 0 {
+                lost.push(format!(
+                    "{discarded} frames reached the recorder but were discarded"
+                ));
+            }
+            for l in m.links.iter().filter(|l| l.head_missing_ns > 0) {
+                lost.push(format!(
+                    "link {}: the first {:.3} ms of the window were no longer in its ring",
+                    l.link,
+                    l.head_missing_ns as f64 / 1e6
+                ));
+            }
+            if m.trigger_head_missing_ns > 0 {
+                lost.push(format!(
+                    "{:.3} ms of a trigger's window lie before the recording and in none",
+                    m.trigger_head_missing_ns as f64 / 1e6
+                ));
+            }
+            why.push(format!("lossy: {}", lost.join(", ")));
         }
+        why.extend(m.notes.iter().map(|n| format!("note: {n}")));
         if gaps > 0 {
             why.push(format!("{gaps} frames missing in gaps"));
         }

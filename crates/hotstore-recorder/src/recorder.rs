@@ -30,6 +30,18 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const MAX_LINKS: u16 = 4096;
 /// Frames a writer copies from one link before it looks at the next.
 const BATCH_FRAMES: u64 = 512;
+/// How far in the future a trigger time may be. A later one is refused
+/// ([`RecorderError::TriggerTooFarAhead`]): a trigger stamped hours ahead (a mistyped
+/// `RECORD.TRIGGER AT`) would make every later trigger extend a recording that records
+/// nothing of their windows.
+pub const MAX_TRIGGER_AHEAD: Duration = Duration::from_secs(10);
+/// Most samples a recorder keeps: when the list is full, every other sample is dropped and
+/// from then on only every second one is kept (the interval doubles), so a long run keeps its
+/// whole time range at a coarser step in bounded memory (16384 samples, about 1 MiB).
+pub const MAX_SAMPLES: usize = 16384;
+/// Parts a slice of one link can have: the part is the 16-bit `component` of the key. Frames
+/// of a slice beyond them are discarded and counted (see `step`).
+const MAX_PARTS: u32 = u16::MAX as u32 + 1;
 
 /// Nanoseconds since the Unix epoch, now.
 pub fn now_ns() -> u64 {
@@ -141,8 +153,14 @@ impl RecorderConfig {
 pub struct TriggerOutcome {
     /// The recording that will hold the trigger's window.
     pub recording_id: u32,
-    /// True if it extended a recording in progress, false if it created one.
+    /// True if it extended a recording in progress (or its window was already part of
+    /// one), false if it created one.
     pub extended: bool,
+    /// 0, or how much of the trigger's window (ns from its start) lies before the recording
+    /// that holds it and in no earlier recording: a trigger later than another one that
+    /// reaches further back. That part is not recorded; the manifest says so
+    /// (`trigger_head_missing_ns`, lossy) and the recorder logs a warning.
+    pub head_missing_ns: u64,
 }
 
 /// One sample of the recorder's rates and backlog.
@@ -180,6 +198,11 @@ struct LinkProgress {
     done: AtomicBool,
     /// The link reached the window's end (not cut short by a stop).
     reached_end: AtomicBool,
+    /// Frames of the window that reached the ring but were not stored (store full at a stop,
+    /// or beyond a slice's last part).
+    discarded: AtomicU64,
+    /// The window's head this link's ring no longer held at the trigger (ns).
+    head_missing_ns: AtomicU64,
 }
 
 struct Recording {
@@ -197,6 +220,51 @@ struct Recording {
     record_bytes: AtomicU64,
     first_put: Mutex<Option<Instant>>,
     last_commit: Mutex<Option<Instant>>,
+    /// Largest part of a trigger's window before the recording, not recorded (ns).
+    trigger_head_missing_ns: AtomicU64,
+    /// For the manifest's `notes`.
+    notes: Mutex<Vec<String>>,
+}
+
+impl Recording {
+    /// Adds a note for the manifest (once) and logs it.
+    fn note(&self, msg: String) {
+        let mut n = self.notes.lock();
+        if !n.contains(&msg) {
+            eprintln!("hotstore record: WARNING: recording {}: {msg}", self.id);
+            n.push(msg);
+        }
+    }
+}
+
+/// The samples kept (see [`MAX_SAMPLES`]).
+#[derive(Default)]
+struct Samples {
+    list: Vec<Sample>,
+    /// Every `stride`-th sample taken is kept.
+    stride: u64,
+    taken: u64,
+    latest: Option<Sample>,
+}
+
+impl Samples {
+    /// Records `s`; `last`: the final sample, always kept.
+    fn record(&mut self, s: Sample, last: bool) {
+        self.latest = Some(s);
+        let stride = self.stride.max(1);
+        if last || self.taken.is_multiple_of(stride) {
+            self.list.push(s);
+            if self.list.len() >= MAX_SAMPLES {
+                let mut i = 0;
+                self.list.retain(|_| {
+                    i += 1;
+                    i % 2 == 1
+                });
+                self.stride = stride * 2;
+            }
+        }
+        self.taken += 1;
+    }
 }
 
 struct Control {
@@ -220,10 +288,13 @@ struct Inner {
     stop: AtomicBool,
     writers_done: AtomicU64,
     failure: Mutex<Option<String>>,
-    samples: Mutex<Vec<Sample>>,
+    samples: Mutex<Samples>,
     started: Instant,
     started_unix_ns: u64,
     full_warned: AtomicBool,
+    /// The store was full while the recorder stopped: the writers discard (and count) what
+    /// the rings still hold of the recordings instead of storing it.
+    discarding: AtomicBool,
 }
 
 /// A running recorder (see the module docs). Cheap to share: clone the handle from
@@ -280,10 +351,11 @@ impl Recorder {
             stop: AtomicBool::new(false),
             writers_done: AtomicU64::new(0),
             failure: Mutex::new(None),
-            samples: Mutex::new(Vec::new()),
+            samples: Mutex::new(Samples::default()),
             started: Instant::now(),
             started_unix_ns: now_ns(),
             full_warned: AtomicBool::new(false),
+            discarding: AtomicBool::new(false),
             store,
             cfg,
         });
@@ -325,7 +397,9 @@ impl Recorder {
 
     /// Stops: writers store what the rings hold of the open recordings (a recording whose
     /// window is not over is marked truncated), the last commit makes it durable, the threads
-    /// end, and the report is returned.
+    /// end, and the report is returned. If the store is full at the stop, what the rings still
+    /// hold of the recordings is discarded and counted (`frames_discarded`, lossy) instead:
+    /// the recordings are closed and the report returned all the same.
     pub fn finish(mut self) -> Result<RecorderReport> {
         let inner = self.handle.inner.clone();
         inner.stop.store(true, Ordering::SeqCst);
@@ -349,7 +423,7 @@ impl Recorder {
         Ok(RecorderReport {
             recordings: manifests,
             samples: {
-                let s = inner.samples.lock().clone();
+                let s = inner.samples.lock().list.clone();
                 s
             },
             frames_offered: inner.rings.iter().map(|r| r.head() + r.dropped()).sum(),
@@ -427,7 +501,9 @@ impl RecorderHandle {
         Ok(self.check_link(link)?.push_with(ts_ns, fill))
     }
 
-    /// Triggers a recording of `[ts_ns - pre, ts_ns + post)` (see the module docs).
+    /// Triggers a recording of `[ts_ns - pre, ts_ns + post)` (see the module docs). A time more
+    /// than [`MAX_TRIGGER_AHEAD`] ahead of the recorder's clock is refused with
+    /// [`RecorderError::TriggerTooFarAhead`].
     pub fn trigger_at(&self, ts_ns: u64) -> Result<TriggerOutcome> {
         self.inner.trigger(ts_ns)
     }
@@ -459,7 +535,7 @@ impl RecorderHandle {
 
     /// The latest sample.
     pub fn latest_sample(&self) -> Option<Sample> {
-        self.inner.samples.lock().last().copied()
+        self.inner.samples.lock().latest
     }
 
     /// The current sample (taken now).
@@ -528,34 +604,53 @@ impl Inner {
         if self.stop.load(Ordering::SeqCst) {
             return Err(RecorderError::Stopped("the recorder is stopping".into()));
         }
+        let max_ahead = MAX_TRIGGER_AHEAD.as_nanos() as u64;
+        let now = now_ns();
+        if ts > now.saturating_add(max_ahead) {
+            return Err(RecorderError::TriggerTooFarAhead {
+                ts_ns: ts,
+                ahead_ns: ts - now,
+                max_ns: max_ahead,
+            });
+        }
         let (pre, post) = (
             self.cfg.pre.as_nanos() as u64,
             self.cfg.post.as_nanos() as u64,
         );
+        let from = ts.saturating_sub(pre);
         let end = ts.saturating_add(post);
         let mut c = self.control.lock();
         if let Some(last) = c.recordings.last() {
             let any_done = last.links.iter().any(|l| l.closed.load(Ordering::SeqCst));
-            if !any_done && ts.saturating_sub(pre) <= last.end_ns.load(Ordering::SeqCst) {
+            if !any_done && from <= last.end_ns.load(Ordering::SeqCst) {
                 last.end_ns.fetch_max(end, Ordering::SeqCst);
                 last.triggers.lock().push(ts);
+                let n = c.recordings.len();
+                let missing = uncovered(&c.recordings[..n - 1], from, last.start_ns);
+                clipped(last, ts, missing);
                 return Ok(TriggerOutcome {
                     recording_id: last.id,
                     extended: true,
+                    head_missing_ns: missing,
                 });
             }
         }
-        let mut start = ts.saturating_sub(pre);
+        let mut start = from;
         if let Some(last) = c.recordings.last() {
             start = start.max(last.end_ns.load(Ordering::SeqCst));
             if start >= end {
-                // The whole window is already part of the last recording.
+                // The whole window is already part of the last recording (or earlier ones):
+                // what of it none holds is reported.
+                let missing = uncovered(&c.recordings, from, end);
+                clipped(last, ts, missing);
                 return Ok(TriggerOutcome {
                     recording_id: last.id,
                     extended: true,
+                    head_missing_ns: missing,
                 });
             }
         }
+        let missing = uncovered(&c.recordings, from, start);
         let id = c.next_id;
         let rec = Arc::new(Recording {
             id,
@@ -571,7 +666,10 @@ impl Inner {
             record_bytes: AtomicU64::new(0),
             first_put: Mutex::new(None),
             last_commit: Mutex::new(None),
+            trigger_head_missing_ns: AtomicU64::new(0),
+            notes: Mutex::new(Vec::new()),
         });
+        clipped(&rec, ts, missing);
         // Events of the recording are sealed by the committer once every link finished them.
         self.store.set_run_policy(
             id as u64,
@@ -580,23 +678,54 @@ impl Inner {
                 incomplete_timeout_ms: 0,
             }),
         )?;
-        // The manifest exists before any of the recording's slices is stored.
-        manifest::write(
-            self.store.dir(),
-            &self.manifest_of(&rec, RecordingState::Recording),
-        )?;
-        c.next_id += 1;
-        c.recordings.push(rec);
-        let idx = c.recordings.len() - 1;
+        // Idle links are pinned (and their missing heads known) before the first manifest.
+        let idx = c.recordings.len();
+        let mut pins = Vec::new();
         for link in 0..self.cfg.links as usize {
             if c.link_rec[link].is_none() && c.handoff[link].is_none() {
-                let seq = self.rings[link].pin_from(start);
-                c.handoff[link] = Some((seq, idx));
+                let p = self.rings[link].pin_from(start);
+                let lost = p.head_missing_ns.min(end - start);
+                rec.links[link]
+                    .head_missing_ns
+                    .store(lost, Ordering::SeqCst);
+                pins.push((link, p.seq));
             }
+        }
+        let heads: Vec<String> = rec
+            .links
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| {
+                let ns = l.head_missing_ns.load(Ordering::SeqCst);
+                (ns > 0).then(|| format!("link {i} {:.3} ms", ns as f64 / 1e6))
+            })
+            .collect();
+        if !heads.is_empty() {
+            rec.note(format!(
+                "the rings no longer held the start of the window (a late trigger, or a ring shorter than the pre-trigger window); missing: {}",
+                heads.join(", ")
+            ));
+        }
+        // The manifest exists before any of the recording's slices is stored.
+        let written = manifest::write(
+            self.store.dir(),
+            &self.manifest_of(&rec, RecordingState::Recording),
+        );
+        if let Err(e) = written {
+            for (link, _) in pins {
+                self.rings[link].unpin();
+            }
+            return Err(e);
+        }
+        c.next_id += 1;
+        c.recordings.push(rec);
+        for (link, seq) in pins {
+            c.handoff[link] = Some((seq, idx));
         }
         Ok(TriggerOutcome {
             recording_id: id,
             extended: false,
+            head_missing_ns: missing,
         })
     }
 
@@ -608,10 +737,13 @@ impl Inner {
             .enumerate()
             .map(|(i, l)| {
                 let frames = l.frames.load(Ordering::Acquire);
+                let discarded = l.discarded.load(Ordering::Acquire);
                 LinkManifest {
                     link: i as u16,
                     frames_recorded: frames,
-                    frames_dropped: self.rings[i].dropped_between(r.start_ns, end),
+                    frames_dropped: self.rings[i].dropped_between(r.start_ns, end) + discarded,
+                    frames_discarded: discarded,
+                    head_missing_ns: l.head_missing_ns.load(Ordering::Acquire),
                     slices_durable: l.slices.load(Ordering::Acquire),
                     first_ts_ns: (frames > 0).then(|| l.first_ts.load(Ordering::Acquire)),
                     last_ts_ns: (frames > 0).then(|| l.last_ts.load(Ordering::Acquire)),
@@ -619,11 +751,15 @@ impl Inner {
             })
             .collect();
         let slices_durable = links.iter().map(|l| l.slices_durable).min().unwrap_or(0);
+        let trigger_head_missing_ns = r.trigger_head_missing_ns.load(Ordering::SeqCst);
         Manifest {
             version: manifest::MANIFEST_VERSION,
             recording_id: r.id,
             state,
-            lossy: links.iter().any(|l| l.frames_dropped > 0),
+            lossy: trigger_head_missing_ns > 0
+                || links
+                    .iter()
+                    .any(|l| l.frames_dropped > 0 || l.head_missing_ns > 0),
             triggers_ns: r.triggers.lock().clone(),
             pre_ns: self.cfg.pre.as_nanos() as u64,
             post_ns: self.cfg.post.as_nanos() as u64,
@@ -636,6 +772,8 @@ impl Inner {
                 Durability::Persisted => "persisted".into(),
             },
             slices_durable,
+            trigger_head_missing_ns,
+            notes: r.notes.lock().clone(),
             links,
             created_unix_ns: r.created_ns,
             updated_unix_ns: now_ns(),
@@ -644,8 +782,10 @@ impl Inner {
 
     /// Stores a finished slice value at Memory durability (the committer makes it durable).
     /// A full store is waited out in steps while the backlog grows (and frames are dropped past
-    /// the DRAM bound), never silently: the first wait is logged.
-    fn put_slice(&self, rec: &Recording, key: &[u8; 16], parts: &[&[u8]]) -> Result<()> {
+    /// the DRAM bound), never silently: the first wait is logged. Once the recorder stops, a
+    /// full store is not waited for: returns false (nothing stored), and from then on every
+    /// writer discards instead of storing (see [`Inner::discarding`]).
+    fn put_slice(&self, rec: &Recording, key: &[u8; 16], parts: &[&[u8]]) -> Result<bool> {
         {
             let mut first = rec.first_put.lock();
             if first.is_none() {
@@ -667,13 +807,21 @@ impl Inner {
                         );
                     }
                 }
+                Err(e) if e.is_full() => {
+                    if !self.discarding.swap(true, Ordering::SeqCst) {
+                        eprintln!(
+                            "hotstore record: WARNING: the store is full and the recorder is stopping: what the rings still hold of the recordings is discarded, counted as dropped, and the recordings are closed lossy"
+                        );
+                    }
+                    return Ok(false);
+                }
                 Err(e) => return Err(e.into()),
             }
         }
         let value_len: usize = parts.iter().map(|p| p.len()).sum();
         rec.record_bytes
             .fetch_add((value_len + 40) as u64, Ordering::Relaxed);
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -690,6 +838,10 @@ struct Cursor {
     /// Frames copied into stored slices of the current recording.
     frames: u64,
     bytes: u64,
+    /// One past the last slice stored of the current recording.
+    stored_slices: u64,
+    /// A slice of the current recording ran out of parts (noted once).
+    out_of_parts: bool,
     last_frame_at: Instant,
 }
 
@@ -709,6 +861,8 @@ fn writer_loop(inner: &Inner, links: &[u16]) -> Result<()> {
             builder: SliceBuilder::new(fl, cap),
             frames: 0,
             bytes: 0,
+            stored_slices: 0,
+            out_of_parts: false,
             last_frame_at: Instant::now(),
         })
         .collect();
@@ -787,6 +941,26 @@ fn step(inner: &Inner, cur: &mut Cursor, stopping: bool) -> Result<bool> {
                 cur.part = 0;
             }
         }
+        if cur.builder.frames() == 0 && slice_idx != cur.slice {
+            // A new slice starts at part 0 (also after the end of a slice was discarded).
+            cur.part = 0;
+        }
+        if cur.part >= MAX_PARTS || inner.discarding.load(Ordering::SeqCst) {
+            // Not stored, never silently: counted in the manifest's dropped frames.
+            if cur.part >= MAX_PARTS && !cur.out_of_parts {
+                cur.out_of_parts = true;
+                rec.note(format!(
+                    "link {} slice {}: the slice needs more than {MAX_PARTS} parts (the key's part field is 16 bits); the frames past its last part are discarded, here and in any later slice that needs as many: use a shorter slice or a larger max_fragment_bytes",
+                    cur.link, slice_idx
+                ));
+            }
+            rec.links[cur.link as usize]
+                .discarded
+                .fetch_add(1, Ordering::Release);
+            cur.next += 1;
+            work = true;
+            continue;
+        }
         if cur.builder.frames() == 0 {
             cur.slice = slice_idx;
             cur.builder.start(rec.id, cur.slice, cur.link, cur.part);
@@ -823,6 +997,8 @@ fn begin(cur: &mut Cursor, seq: u64, idx: usize) {
     cur.part = 0;
     cur.frames = 0;
     cur.bytes = 0;
+    cur.stored_slices = 0;
+    cur.out_of_parts = false;
     cur.builder.start(0, 0, cur.link, 0);
     cur.last_frame_at = Instant::now();
 }
@@ -831,22 +1007,29 @@ fn begin(cur: &mut Cursor, seq: u64, idx: usize) {
 /// parts of this slice follow.
 fn store_slice(inner: &Inner, cur: &mut Cursor, rec: &Recording, slice_done: bool) -> Result<()> {
     let h = *cur.builder.header();
-    let key = slice::key(
-        rec.id,
-        h.slice,
-        cur.link,
-        h.part.min(u16::MAX as u32) as u16,
-    );
+    // Never clamped: two parts under one key would overwrite each other.
+    let part = u16::try_from(h.part)
+        .expect("`step` discards the frames of a slice past its last part (MAX_PARTS)");
+    let key = slice::key(rec.id, h.slice, cur.link, part);
     let ring = &inner.rings[cur.link as usize];
     let frames = ring.frames(h.first_ring, h.frames as u64);
     let (head, pad) = cur.builder.finish();
-    inner.put_slice(rec, &key, &[head, frames[0], frames[1], pad])?;
     let n = h.frames as u64;
+    let p = &rec.links[cur.link as usize];
+    if !inner.put_slice(rec, &key, &[head, frames[0], frames[1], pad])? {
+        // The store is full and the recorder stopping: counted, not stored.
+        p.discarded.fetch_add(n, Ordering::Release);
+        rec.note(
+            "the store was full when the recorder stopped: the frames the rings still held of the window were discarded (frames_discarded)".into(),
+        );
+        cur.builder.start(rec.id, h.slice, cur.link, h.part + 1);
+        return Ok(());
+    }
     let bytes = n * inner.cfg.frame_len as u64;
     inner.stored_bytes[cur.link as usize].fetch_add(bytes, Ordering::Relaxed);
     cur.frames += n;
     cur.bytes += bytes;
-    let p = &rec.links[cur.link as usize];
+    cur.stored_slices = h.slice + 1;
     if p.frames.load(Ordering::Relaxed) == 0 {
         p.first_ts.store(h.first_ts_ns, Ordering::Release);
     }
@@ -897,8 +1080,7 @@ fn close_if_ended(
         store_slice(inner, cur, rec, true)?;
     }
     // Publish the final counts (also when the last slice was empty), then `done`.
-    let slices = if cur.frames > 0 { cur.slice + 1 } else { 0 };
-    p.slices.store(slices, Ordering::Release);
+    p.slices.store(cur.stored_slices, Ordering::Release);
     p.frames.store(cur.frames, Ordering::Release);
     p.done.store(true, Ordering::SeqCst);
     let idx = cur.rec.expect(
@@ -918,6 +1100,32 @@ fn close_if_ended(
         inner.rings[cur.link as usize].unpin();
     }
     Ok(true)
+}
+
+/// Nanoseconds of `[from, to)` that none of `recs` covers (their windows are disjoint).
+fn uncovered(recs: &[Arc<Recording>], from: u64, to: u64) -> u64 {
+    let mut left = to.saturating_sub(from);
+    for r in recs.iter().rev() {
+        let end = r.end_ns.load(Ordering::SeqCst);
+        if end <= from || left == 0 {
+            break;
+        }
+        let (s, e) = (r.start_ns.max(from), end.min(to));
+        left = left.saturating_sub(e.saturating_sub(s));
+    }
+    left
+}
+
+/// Records that `missing` ns of trigger `ts`'s window are in no recording.
+fn clipped(rec: &Recording, ts: u64, missing: u64) {
+    if missing > 0 {
+        rec.trigger_head_missing_ns
+            .fetch_max(missing, Ordering::SeqCst);
+        rec.note(format!(
+            "trigger {ts}: the first {:.3} ms of its window lie before the recording's start and in no recording (the trigger came after one that started later): not recorded",
+            missing as f64 / 1e6
+        ));
+    }
 }
 
 fn committer_loop(inner: &Inner, writers: u64) -> Result<()> {
@@ -997,10 +1205,37 @@ fn commit_round(inner: &Inner) -> Result<()> {
         manifest::write(inner.store.dir(), &m)?;
         *r.last_commit.lock() = Some(Instant::now());
         if all_done {
+            // Every slice is sealed (READY whatever the policy): the recording's run policy
+            // is no longer needed, and a store keeps at most `hotstore::MAX_RUN_POLICIES`.
+            inner.store.set_run_policy(r.id as u64, None)?;
             r.finished.store(true, Ordering::SeqCst);
         }
     }
+    prune_drop_runs(inner);
     Ok(())
+}
+
+/// Forgets the rings' drop runs no manifest will count again: those that ended before the
+/// oldest unfinished recording's start, or, with every recording finished, before the last
+/// one's end (a new recording starts at or after it).
+fn prune_drop_runs(inner: &Inner) {
+    let bound = {
+        let c = inner.control.lock();
+        match c
+            .recordings
+            .iter()
+            .find(|r| !r.finished.load(Ordering::SeqCst))
+        {
+            Some(r) => r.start_ns,
+            None => match c.recordings.last() {
+                Some(r) => r.end_ns.load(Ordering::SeqCst),
+                None => return,
+            },
+        }
+    };
+    for ring in &inner.rings {
+        ring.prune_drop_runs(bound);
+    }
 }
 
 /// Seals slice event `slice` of recording `id`. A slice no link stored a frame of (every frame
@@ -1018,11 +1253,85 @@ fn seal(inner: &Inner, id: u32, slice: u64) -> Result<()> {
 fn sampler_loop(inner: &Inner, writers: u64) {
     loop {
         let s = inner.sample();
-        inner.samples.lock().push(s);
-        if inner.stop.load(Ordering::SeqCst) && inner.writers_done.load(Ordering::SeqCst) >= writers
-        {
+        let last = inner.stop.load(Ordering::SeqCst)
+            && inner.writers_done.load(Ordering::SeqCst) >= writers;
+        inner.samples.lock().record(s, last);
+        if last {
             return;
         }
         std::thread::sleep(inner.cfg.sample_interval);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(t: f64) -> Sample {
+        Sample {
+            t_secs: t,
+            frames_in: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            bytes_durable: 0,
+            backlog_bytes: 0,
+            frames_dropped: 0,
+        }
+    }
+
+    #[test]
+    fn samples_stay_bounded_and_span_the_whole_run_at_an_even_step() {
+        let mut s = Samples::default();
+        let n = 5 * MAX_SAMPLES as u64 + 7;
+        for i in 0..n {
+            s.record(sample(i as f64), i + 1 == n);
+        }
+        assert!(s.list.len() < MAX_SAMPLES, "{} samples kept", s.list.len());
+        assert!(s.list.len() >= MAX_SAMPLES / 4);
+        assert_eq!(s.list[0].t_secs, 0.0, "the first sample is kept");
+        assert_eq!(s.list.last().map(|x| x.t_secs), Some((n - 1) as f64));
+        assert_eq!(s.latest.map(|x| x.t_secs), Some((n - 1) as f64));
+        let step = s.list[1].t_secs - s.list[0].t_secs;
+        let last_full = s.list.len() - 2; // the final sample is kept off the step
+        for w in s.list[..=last_full].windows(2) {
+            assert_eq!(w[1].t_secs - w[0].t_secs, step);
+        }
+    }
+
+    #[test]
+    fn drop_runs_of_finished_recordings_are_pruned() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(Store::builder(dir.path()).open().expect("open"));
+        let mut cfg = RecorderConfig::new(1, 64);
+        cfg.pre = Duration::from_millis(10);
+        cfg.post = Duration::from_millis(100);
+        cfg.ring_bytes_per_link = 16 * 64;
+        cfg.commit_interval = Duration::from_millis(5);
+        cfg.link_timeout = Duration::from_millis(50);
+        let rec = Recorder::start(store, cfg).expect("start");
+        let base = now_ns() - 5_000_000_000;
+        rec.trigger_at(base + 10_000_000).expect("trigger"); // window [base, base + 110 ms)
+                                                             // The producer outruns the writer on a 16-frame ring: some push is dropped.
+        let mut k = 0;
+        while rec.dropped_per_link()[0] == 0 {
+            assert!(k < 100_000, "no frame was dropped");
+            rec.push(0, base + k * 1000, &[7u8; 64]).expect("push");
+            k += 1;
+        }
+        let inner = &rec.handle.inner;
+        assert!(!inner.rings[0].drop_runs().is_empty());
+        // Its window is long over: the link closes it after link_timeout, the committer
+        // writes the final manifest and forgets the drop runs.
+        let t0 = Instant::now();
+        while !inner.rings[0].drop_runs().is_empty() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "drop runs never pruned"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(rec.all_recordings_finished());
+        let report = rec.finish().expect("finish");
+        assert!(report.recordings[0].frames_dropped() > 0 && report.recordings[0].lossy);
     }
 }

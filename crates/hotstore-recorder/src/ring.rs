@@ -28,6 +28,19 @@ pub struct DropRun {
     pub frames: u64,
 }
 
+/// Where [`LinkRing::pin_from`] pinned a ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pinned {
+    /// Ring sequence number of the first pinned frame.
+    pub seq: u64,
+    /// 0 if the ring still held the frame before the requested start (nothing of the window's
+    /// head is lost). Otherwise the ring had wrapped past the start (a late trigger, or a ring
+    /// shorter than the pre-trigger window): frames stamped from the start up to the first
+    /// pinned frame were overwritten, and this is that span in ns (the first pinned frame's
+    /// timestamp minus the start; at least 1).
+    pub head_missing_ns: u64,
+}
+
 /// One link's ring (see the module docs).
 pub struct LinkRing {
     frame_len: usize,
@@ -175,35 +188,45 @@ impl LinkRing {
     }
 
     /// Pins the first frame stamped at or after `from_ts_ns` (or, if the ring no longer holds
-    /// that far back, its oldest frame) and returns its sequence number. Safe against a
+    /// that far back, the oldest frame it can safely pin) and says where, and whether the ring
+    /// had wrapped past `from_ts_ns` (see [`Pinned::head_missing_ns`]). Safe against a
     /// concurrent producer: the result is never a frame the producer may still overwrite.
-    pub fn pin_from(&self, from_ts_ns: u64) -> u64 {
+    pub fn pin_from(&self, from_ts_ns: u64) -> Pinned {
         // Leave some slack below the oldest frame so that the producer, which may push a few
         // frames while we search, does not run into the pin we are about to set.
         let slack = (self.capacity / 16).clamp(1, 1024);
         let mut h = self.head.load(Ordering::SeqCst);
-        let mut cand = self.search(from_ts_ns, h, slack);
+        let (mut cand, mut missing) = self.search(from_ts_ns, h, slack);
         loop {
             self.pin.store(cand, Ordering::SeqCst);
             let h2 = self.head.load(Ordering::SeqCst);
             // A push in flight may be overwriting frame h2 - capacity; later pushes see the pin.
             let oldest_intact = (h2 + 1).saturating_sub(self.capacity);
-            if cand >= oldest_intact {
-                return cand;
+            // When the window's head is missing, `search` read the timestamp of frame
+            // `cand - 1`: it must still have been that frame's.
+            let checked = if missing > 0 { cand - 1 } else { cand };
+            if cand >= oldest_intact && checked >= oldest_intact {
+                return Pinned {
+                    seq: cand,
+                    head_missing_ns: missing,
+                };
             }
             h = h2;
-            cand = self.search(from_ts_ns, h, slack);
+            (cand, missing) = self.search(from_ts_ns, h, slack);
         }
     }
 
-    /// First frame in the intact window `[oldest + slack, h)` stamped at or after `ts`.
-    fn search(&self, ts: u64, h: u64, slack: u64) -> u64 {
-        let mut lo = if h >= self.capacity {
+    /// First frame in the intact window `[oldest + slack, h)` stamped at or after `ts`, and how
+    /// much of the time from `ts` is out of reach: non-zero only when the search stopped at
+    /// the window's lower end and the frame just below it (overwritten, or inside the slack)
+    /// is itself stamped at or after `ts`.
+    fn search(&self, ts: u64, h: u64, slack: u64) -> (u64, u64) {
+        let floor = if h >= self.capacity {
             ((h + 1 - self.capacity) + slack).min(h)
         } else {
             0
         };
-        let mut hi = h;
+        let (mut lo, mut hi) = (floor, h);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if self.ts_of(mid) < ts {
@@ -212,7 +235,15 @@ impl LinkRing {
                 hi = mid;
             }
         }
-        lo
+        if lo == floor && lo > 0 {
+            let below = self.ts_of(lo - 1);
+            if below >= ts {
+                // The first frame we can pin, or (none yet) the newest we saw, plus 1 ns.
+                let first = if lo < h { self.ts_of(lo) } else { below + 1 };
+                return (lo, first.saturating_sub(ts).max(1));
+            }
+        }
+        (lo, 0)
     }
 
     /// Moves the pin to `seq` (the writer stored everything before it).
@@ -253,7 +284,16 @@ impl LinkRing {
             .sum()
     }
 
-    /// Every drop run so far.
+    /// Forgets the drop runs that ended before `ts_ns` (no recording that may still be
+    /// written or created starts before it), so the list does not grow without bound.
+    pub fn prune_drop_runs(&self, ts_ns: u64) {
+        let mut runs = self.drop_runs.lock();
+        if runs.first().is_some_and(|r| r.last_ts_ns < ts_ns) {
+            runs.retain(|r| r.last_ts_ns >= ts_ns);
+        }
+    }
+
+    /// Every drop run still kept (see [`Self::prune_drop_runs`]).
     pub fn drop_runs(&self) -> Vec<DropRun> {
         self.drop_runs.lock().clone()
     }
@@ -274,11 +314,14 @@ mod tests {
             assert!(push(&r, t));
         }
         assert_eq!(r.head(), 10);
-        let s = r.pin_from(0);
+        let p = r.pin_from(0);
+        let s = p.seq;
         // Frames 6..10 are in the ring; 6 may be under a push in flight, and the slack of one
         // frame keeps 7 out of the producer's reach too.
         assert_eq!(s, 8);
         assert_eq!(r.frame(8), &[8u8; 8]);
+        // Frames 0..8 of the asked-for window are gone: the ring says so.
+        assert_eq!(p.head_missing_ns, 8);
     }
 
     #[test]
@@ -287,7 +330,7 @@ mod tests {
         for t in 0..4 {
             push(&r, t);
         }
-        let s = r.pin_from(2);
+        let s = r.pin_from(2).seq;
         assert_eq!(s, 2);
         assert!(push(&r, 4));
         assert!(push(&r, 5));
@@ -321,7 +364,49 @@ mod tests {
         for t in 0..5 {
             push(&r, t * 10);
         }
-        assert_eq!(r.pin_from(1_000), 5);
-        assert_eq!(r.pin_from(25), 3);
+        assert_eq!(r.pin_from(1_000).seq, 5);
+        assert_eq!(r.pin_from(25).seq, 3);
+        assert_eq!(r.pin_from(25).head_missing_ns, 0);
+    }
+
+    #[test]
+    fn pin_from_says_how_much_of_the_head_the_ring_no_longer_holds() {
+        let r = LinkRing::new(8, 16);
+        // Frames 0..40 stamped 100 * k: the ring holds 24..40, and pins at 24 + 1 + 1 slack.
+        for t in 0..40 {
+            push(&r, t * 100);
+        }
+        let p = r.pin_from(1_000);
+        assert_eq!(p.seq, 26);
+        assert_eq!(p.head_missing_ns, 2_600 - 1_000);
+        // A start the ring still reaches back to loses nothing.
+        r.unpin();
+        assert_eq!(r.pin_from(3_050).head_missing_ns, 0);
+        // Nor does one between frames just past the reach, when the frame below is earlier.
+        r.unpin();
+        let p = r.pin_from(2_550);
+        assert_eq!((p.seq, p.head_missing_ns), (26, 0));
+    }
+
+    #[test]
+    fn drop_runs_before_a_time_are_pruned() {
+        let r = LinkRing::new(8, 4);
+        for t in 0..4 {
+            push(&r, t);
+        }
+        assert_eq!(r.pin_from(0).seq, 2);
+        assert!(push(&r, 10) && push(&r, 11));
+        assert!(!push(&r, 12) && !push(&r, 13));
+        r.unpin();
+        assert!(push(&r, 20));
+        assert_eq!(r.pin_from(20).seq, 6);
+        assert!(push(&r, 21) && push(&r, 22) && push(&r, 23));
+        assert!(!push(&r, 30) && !push(&r, 31));
+        assert_eq!(r.drop_runs().len(), 2);
+        r.prune_drop_runs(20);
+        let runs = r.drop_runs();
+        assert_eq!(runs.len(), 1);
+        assert_eq!((runs[0].first_ts_ns, runs[0].last_ts_ns), (30, 31));
+        assert_eq!(r.dropped(), 4, "the total count is kept");
     }
 }

@@ -11,7 +11,12 @@ fn recorder(ctx: &Ctx) -> Result<Arc<dyn RecordControl>, String> {
     })
 }
 
-/// `RECORD.TRIGGER [AT unix_ns]` -> `[recording_id, "started" | "extended"]`.
+/// `RECORD.TRIGGER [AT unix_ns]` -> `[recording_id, "started" | "extended"]`. The recorder
+/// refuses a time more than `hotstore_recorder::recorder::MAX_TRIGGER_AHEAD` (10 s) ahead of
+/// its clock: the reply is then `ERR trigger refused: trigger time ... is ... s in the future`
+/// (a mistyped time would otherwise swallow every later trigger). A trigger whose window
+/// reaches before the recording it extends is answered `extended`; the recorder logs the
+/// part not recorded and its manifest says so (`trigger_head_missing_ns`, lossy).
 pub fn trigger(ctx: &mut Ctx, args: &Args) -> CmdResult {
     let at = match args.len() {
         1 => None,
