@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{config, info_field, Client};
+use common::{config, info_field, rss, Client};
 use hotstore_server::spawn;
 use std::io::Write;
 use std::net::Shutdown;
@@ -19,21 +19,6 @@ use std::time::{Duration, Instant};
 const MIB: u64 = 1 << 20;
 /// Arguments of the huge request (the server's limit per request is 1 Mi).
 const ARGS: usize = 1_000_000;
-
-/// Resident memory of this process, in bytes (VmRSS of /proc/self/status).
-fn rss() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .unwrap()
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .unwrap();
-    kb << 10
-}
 
 /// `*ARGS` followed by all its one-byte arguments but the last: never complete.
 fn incomplete_request() -> Vec<u8> {

@@ -4,25 +4,10 @@
 
 mod common;
 
-use common::{config, encode, info_field, Client};
+use common::{config, encode, info_field, rss, Client};
 use hotstore_server::{spawn, ServerConfig};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
-
-/// Resident memory of this process (the server runs in it), in bytes.
-fn rss() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .unwrap()
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .unwrap();
-    kb << 10
-}
 
 #[test]
 fn pipeline_with_hello_and_blocking_next_syncs_before_replying() {

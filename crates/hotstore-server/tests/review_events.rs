@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{config, info_field, Client};
+use common::{config, info_field, rss, Client};
 use hotstore_server::spawn;
 use std::io::Write;
 
@@ -174,19 +174,6 @@ fn an_idle_connection_gives_back_its_large_reply_buffer() {
     let value = vec![b'v'; 32 << 20];
     c.send(&[b"SET", b"big", &value]);
     assert_eq!(c.line(), "+OK");
-    let rss = || {
-        let s = std::fs::read_to_string("/proc/self/status").unwrap();
-        let kb: u64 = s
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .unwrap()
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .unwrap();
-        kb << 10
-    };
     let before = rss();
     let mut idle = Vec::new();
     for _ in 0..8 {

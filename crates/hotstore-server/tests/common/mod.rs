@@ -72,6 +72,22 @@ pub fn info_field(c: &mut Client, section: &str, field: &str) -> u64 {
         .unwrap()
 }
 
+/// Resident memory of this process (the server under test runs in it), in bytes (VmRSS of
+/// /proc/self/status).
+pub fn rss() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kb << 10
+}
+
 /// Defaults for a test server on a free port.
 pub fn config(dir: &std::path::Path) -> ServerConfig {
     let mut c = ServerConfig::for_dir(dir);
