@@ -269,7 +269,7 @@ pub fn verify(store: &Store, recording: u32) -> Result<VerifyReport> {
         if m.lossy {
             let discarded = m.frames_discarded();
             let mut lost = Vec::new();
-            let at_bound = m.frames_dropped() - discarded;
+            let at_bound = m.frames_dropped().saturating_sub(discarded);
             if at_bound > 0 {
                 lost.push(format!("{at_bound} frames were dropped at the DRAM bound"));
             }

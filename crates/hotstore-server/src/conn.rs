@@ -30,6 +30,11 @@ use tokio::sync::OwnedSemaphorePermit;
 
 /// Replies are sent once this many bytes are queued, even mid-batch.
 const FLUSH_AT: usize = 64 << 10;
+/// A reply buffer larger than this is given back after [`SHRINK_REPLY_BUFFER_AFTER`] idle.
+const SHRINK_REPLY_BUFFER_ABOVE: usize = 4 * FLUSH_AT;
+/// How long a connection waits for its next request before it gives back a large reply
+/// buffer.
+const SHRINK_REPLY_BUFFER_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
 /// Claims a connection holds before it first drops the expired ones.
 pub const CLAIMS_PRUNE_MIN: usize = 1024;
 /// A blocking EVENT.NEXT waits in slices this long, checking for shutdown between them.
@@ -228,6 +233,11 @@ where
                 None => stream.read_buf(&mut inbuf).await,
             }
         };
+        // Fix (found in review): a connection kept the capacity of its largest reply for its
+        // whole life (20 idle clients that had read one 100 MiB value held 2 GiB). Given
+        // back once it has waited a while for its next request, not after every reply (a
+        // client reading large values one after another would pay a new buffer each time).
+        let big_reply_buffer = out.capacity() > SHRINK_REPLY_BUFFER_ABOVE;
         tokio::select! {
             n = read => {
                 let n = n?;
@@ -236,6 +246,10 @@ where
                 }
                 shared.metrics.bytes_in.inc_by(n as u64);
                 publish_memory(state, &inbuf, &ranges);
+            }
+            _ = tokio::time::sleep(SHRINK_REPLY_BUFFER_AFTER), if big_reply_buffer => {
+                // Reads are cancel-safe: the next pass of the loop reads again.
+                out = Vec::with_capacity(BASE_BUFFER);
             }
             _ = shutdown.wait_for(|stop| *stop) => return Ok(End::Closed),
         }
@@ -582,11 +596,6 @@ where
     stream.write_all(out).await?;
     shared.metrics.bytes_out.inc_by(out.len() as u64);
     out.clear();
-    // Fix (found in review): a connection kept the capacity of its largest reply for its
-    // whole life (20 idle clients that had read one 100 MiB value held 2 GiB).
-    if out.capacity() > FLUSH_AT.max(BASE_BUFFER) * 4 {
-        out.shrink_to(BASE_BUFFER);
-    }
     Ok(())
 }
 

@@ -274,19 +274,19 @@ pub fn write_claims(
         return write_claim(shared, conn, out, first);
     };
     // Fix (found in review): a batch ignored --max-reply-len (COUNT 10 of 900 kB events
-    // made a 9.9 MB reply under a 1 MiB limit). A claim that would pass it ends the batch
-    // and goes back to READY (dropped), for the next EVENT.NEXT.
+    // made a 9.9 MB reply under a 1 MiB limit). It stops claiming once its reply reaches the
+    // limit: the last claim may pass it, but no claim is taken and given back (that would
+    // count a delivery of an event nobody received, and could park it as poisoned).
     let max = shared.config.max_reply_len;
     let mut total = reply_estimate(&first);
     let mut claims = vec![first];
-    while claims.len() < count {
+    while claims.len() < count && total < max {
         match claim_next(shared, batch.group, batch.consumer, batch.lease) {
-            Ok(Some(c)) if total + reply_estimate(&c) <= max => {
+            Ok(Some(c)) => {
                 total += reply_estimate(&c);
                 claims.push(c);
             }
-            // Too big for this reply, or an error after the first claim (the next
-            // EVENT.NEXT reports it): the batch ends.
+            // An error after the first claim ends the batch; the next EVENT.NEXT reports it.
             _ => break,
         }
     }
@@ -296,8 +296,8 @@ pub fn write_claims(
     }
 }
 
-/// About how many bytes the reply to `claim` takes: its values and a generous 64 bytes per
-/// fragment for the framing and the fragment's fields, plus the token.
+/// About how many bytes the reply to `claim` takes: its values and 64 bytes per fragment for
+/// the framing and the fragment's fields, plus the token.
 fn reply_estimate(claim: &Claim) -> usize {
     claim.bytes() as usize + 64 * claim.fragment_count() as usize + 256
 }
@@ -306,15 +306,6 @@ fn reply_estimate(claim: &Claim) -> usize {
 /// connection, so the claim is released if the connection goes before acknowledging.
 pub fn write_claim(shared: &Shared, conn: &mut ConnState, out: &mut Reply, claim: Claim) {
     let layout = shared.store.layout();
-    let (bytes, max) = (reply_estimate(&claim), shared.config.max_reply_len);
-    if bytes > max {
-        out.error(&format!(
-            "ERR event {} is a reply of about {bytes} bytes, more than max-reply-len ({max}): \
-             it stays READY; raise --max-reply-len to consume it",
-            claim.event()
-        ));
-        return; // dropping the claim releases it
-    }
     // Fragments are counted as they are read (the array header comes first).
     let mut body = Vec::new();
     let mut count = 0usize;

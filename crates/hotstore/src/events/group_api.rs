@@ -265,22 +265,29 @@ impl Inner {
     /// Writes the record of event `prefix` if every required group acknowledged it.
     pub(crate) fn settle_event(&self, prefix: &IndexKey) -> Result<()> {
         let g = &self.events.groups;
+        let written = Cell::new(false);
         while let Some(what) = g.settled_as(prefix) {
             let retry = Cell::new(false);
             self.write_event_record(&prefix.as_bytes(), what, Durability::Persisted, |e| {
                 if e.is_none() {
+                    // Gone by key removals, perhaps not durable ones: `forget` waits for them.
                     g.forget(prefix);
                     return Ok(false);
                 }
                 let taken = g.take_settled(prefix, what);
                 retry.set(!taken && g.settled_as(prefix).is_some());
+                written.set(taken);
                 Ok(taken)
             })?;
             if !retry.get() {
                 break;
             }
         }
-        g.settled_durably(prefix);
+        // Fix (found in review): also when no record was written (the event vanished by
+        // removals that may not be durable), which bypassed the wait for durability.
+        if written.get() {
+            g.settled_durably(prefix);
+        }
         Ok(())
     }
 
