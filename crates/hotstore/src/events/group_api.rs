@@ -170,22 +170,29 @@ impl Inner {
         open
     }
 
-    /// Writes the groups file if it changed (`sync`: durably). First, if `sync` or once many
-    /// are waiting, makes every record durable and drops the groups' acknowledgements of the
-    /// events that left the log (see `Groups::take_left_log`): one sync per
-    /// [`DROP_ACKS_AT`] events for a store acknowledging in `Memory` only.
+    /// Writes the groups file if it changed (`sync`: durably). First, if `sync` and some
+    /// groups' acknowledgements wait for durability, or once many wait, makes every record
+    /// durable and drops them (see `Groups::take_left_log`): one sync per [`DROP_ACKS_AT`]
+    /// events for a store acknowledging in `Memory` only.
     pub(crate) fn persist_groups(&self, sync: bool) -> Result<()> {
         let g = &self.events.groups;
-        if sync || g.left_log_len() >= DROP_ACKS_AT {
-            let left = g.take_left_log();
-            if !left.is_empty() {
-                if let Err(e) = self.persist_all() {
-                    g.put_back_left_log(left);
-                    return Err(e);
-                }
-                g.drop_acks_of(&left);
-            }
+        let waiting = g.left_log_len();
+        if (sync && waiting > 0) || waiting >= DROP_ACKS_AT {
+            return self.persist_records_and_groups(sync);
         }
+        g.persist(&*self.tiers[0].medium, sync)
+    }
+
+    /// Makes every record durable, drops the groups' acknowledgements that waited for it,
+    /// then writes the groups file if it changed (`sync`: durably). `Store::flush`.
+    pub(crate) fn persist_records_and_groups(&self, sync: bool) -> Result<()> {
+        let g = &self.events.groups;
+        let left = g.take_left_log();
+        if let Err(e) = self.persist_all() {
+            g.put_back_left_log(left);
+            return Err(e);
+        }
+        g.drop_acks_of(&left);
         g.persist(&*self.tiers[0].medium, sync)
     }
 

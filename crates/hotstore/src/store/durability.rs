@@ -7,8 +7,7 @@ impl Store {
     /// Makes every write so far durable (as `Persisted` would have).
     pub fn flush(&self) -> Result<()> {
         self.inner.check_poisoned()?;
-        self.inner.persist_all()?;
-        self.inner.persist_groups(true)
+        self.inner.persist_records_and_groups(true)
     }
 }
 
