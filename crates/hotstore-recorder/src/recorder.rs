@@ -1310,8 +1310,9 @@ mod tests {
         cfg.link_timeout = Duration::from_millis(50);
         let rec = Recorder::start(store, cfg).expect("start");
         let base = now_ns() - 5_000_000_000;
-        rec.trigger_at(base + 10_000_000).expect("trigger"); // window [base, base + 110 ms)
-                                                             // The producer outruns the writer on a 16-frame ring: some push is dropped.
+        // Window [base, base + 110 ms).
+        rec.trigger_at(base + 10_000_000).expect("trigger");
+        // The producer outruns the writer on a 16-frame ring: some push is dropped.
         let mut k = 0;
         while rec.dropped_per_link()[0] == 0 {
             assert!(k < 100_000, "no frame was dropped");
