@@ -20,6 +20,7 @@ use crate::resp::{parse_request, Parsed, Reply, FREE_ARGS};
 use crate::session::ConnState;
 use crate::shared::{BudgetWaiters, ClientInfo, Shared, BASE_BUFFER, BUDGET_UNIT};
 use bytes::{Buf, BytesMut};
+use hotstore::NextEvent;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -37,8 +38,6 @@ const SHRINK_REPLY_BUFFER_ABOVE: usize = 4 * FLUSH_AT;
 const SHRINK_REPLY_BUFFER_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
 /// Claims a connection holds before it first drops the expired ones.
 pub const CLAIMS_PRUNE_MIN: usize = 1024;
-/// A blocking EVENT.NEXT waits in slices this long, checking for shutdown between them.
-const WAIT_SLICE: Duration = Duration::from_millis(100);
 
 /// Serves one connection until it closes, the client quits or the server stops.
 pub async fn serve<S>(shared: Arc<Shared>, mut stream: S, info: Arc<ClientInfo>)
@@ -599,9 +598,10 @@ where
     Ok(())
 }
 
-/// EVENT.NEXT BLOCK: waits in slices on a blocking thread (the engine's wait is a condvar),
-/// so a stop request is seen within one slice; meanwhile the socket is watched, so a client
-/// that goes away is noticed (and any claim won for it released). Returns false if it went.
+/// EVENT.NEXT BLOCK: a task parked until the store says an event may be claimable, a
+/// timeout or lease is due, or the deadline (see [`crate::waiters`]); no thread waits.
+/// Meanwhile the socket is watched, so a client that goes away is noticed and stops waiting.
+/// Returns false if it went.
 async fn wait_event<S>(
     shared: &Arc<Shared>,
     state: &mut ConnState,
@@ -613,36 +613,21 @@ async fn wait_event<S>(
 where
     S: AsyncRead + Unpin,
 {
-    let mut gone = false;
+    let waiting = shared.event_waiters.join(w.group.as_deref());
+    // Held before each look: a change after a look that found nothing calls the listener.
+    let _interest = shared.store.event_interest();
+    let mut stop = shared.shutdown.subscribe();
+    let deadline = w.deadline.map(tokio::time::Instant::from_std);
     loop {
-        let slice = match w.deadline {
-            Some(d) => d.saturating_duration_since(Instant::now()).min(WAIT_SLICE),
-            None => WAIT_SLICE,
-        };
-        let store = shared.store.clone();
-        let (consumer, group, lease) = (w.consumer.clone(), w.group.clone(), w.lease);
-        let mut task = tokio::task::spawn_blocking(move || match group {
-            Some(g) => store.next_event_in_wait(&g, &consumer, lease, slice),
-            None => store.next_event_wait(&consumer, lease, slice),
-        });
-        let got = loop {
-            // Pipelined requests that arrive meanwhile stay in the buffer for later.
-            let room = inbuf.capacity() > inbuf.len();
-            tokio::select! {
-                r = &mut task => break r,
-                n = stream.read_buf(inbuf), if room && !gone => {
-                    if !matches!(n, Ok(n) if n > 0) {
-                        gone = true;
-                    }
-                }
-            }
-        };
-        if gone {
-            return false; // a claim in `got` is dropped, which releases it
-        }
+        let notified = waiting.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let got = shared
+            .store
+            .poll_next_event(w.group.as_deref(), &w.consumer, w.lease);
         let mut reply = Reply::new(out, state.resp3);
         let answered = match got {
-            Ok(Ok(Some(claim))) => {
+            Ok(NextEvent::Claimed(claim)) => {
                 let batch = commands::Batch {
                     count: w.count,
                     consumer: &w.consumer,
@@ -652,13 +637,19 @@ where
                 commands::write_claims(shared, state, &mut reply, claim, &batch);
                 true
             }
-            Ok(Ok(None)) => false,
-            Ok(Err(e)) => {
-                reply.error(&crate::error::reply_error(&e));
-                true
+            Ok(NextEvent::Empty { look_again_at }) => {
+                if let Some(at) = look_again_at {
+                    shared.event_waiters.due_at(at);
+                }
+                if shared.stopping() || deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                    reply.null();
+                    true
+                } else {
+                    false
+                }
             }
-            Err(_) => {
-                reply.error("ERR internal error while waiting for an event");
+            Err(e) => {
+                reply.error(&crate::error::reply_error(&e));
                 true
             }
         };
@@ -668,10 +659,28 @@ where
         if answered {
             return true;
         }
-        if shared.stopping() || w.deadline.is_some_and(|d| Instant::now() >= d) {
-            reply.null();
-            return true;
+        loop {
+            // Pipelined requests that arrive meanwhile stay in the buffer for later.
+            let room = inbuf.capacity() > inbuf.len();
+            tokio::select! {
+                _ = &mut notified => break,
+                _ = sleep_until_some(deadline) => break,
+                _ = stop.wait_for(|s| *s) => break,
+                n = stream.read_buf(inbuf), if room => {
+                    if !matches!(n, Ok(n) if n > 0) {
+                        return false;
+                    }
+                }
+            }
         }
+    }
+}
+
+/// Sleeps until `at`, or for ever.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

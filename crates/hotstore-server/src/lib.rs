@@ -36,6 +36,7 @@ mod server;
 mod session;
 mod shared;
 mod sync;
+mod waiters;
 
 pub use config::ServerConfig;
 pub use error::ServerError;

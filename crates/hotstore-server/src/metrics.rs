@@ -188,6 +188,8 @@ pub struct Scrape<'a> {
     pub stats: &'a Stats,
     /// Clients connected now.
     pub connected: usize,
+    /// Clients waiting in EVENT.NEXT BLOCK now.
+    pub blocked: usize,
     /// Connections refused since start (max clients).
     pub rejected: u64,
     /// The recorder's `RECORD.STATUS` counters, if the server runs beside one.
@@ -344,6 +346,12 @@ impl Metrics {
             Kind::Gauge,
             "Clients connected now",
             s.connected,
+        );
+        p.single(
+            "hotstore_blocked_clients",
+            Kind::Gauge,
+            "Clients waiting in EVENT.NEXT BLOCK now",
+            s.blocked,
         );
         p.single(
             "hotstore_connections_total",

@@ -382,7 +382,20 @@ pub(crate) fn shared_state(
         max_bulk: config.max_bulk_len,
         ..Limits::default()
     };
+    let event_waiters = Arc::new(crate::waiters::EventWaiters::default());
+    let wake = Arc::downgrade(&event_waiters);
+    let event_listener = store
+        .add_event_listener(move || {
+            if let Some(w) = wake.upgrade() {
+                w.wake();
+            }
+        })
+        .map_err(|e| ServerError::Config {
+            what: format!("cannot watch the store's events: {e}"),
+        })?;
     let shared = Arc::new(Shared {
+        event_waiters,
+        _event_listener: event_listener,
         store,
         limits,
         sync,

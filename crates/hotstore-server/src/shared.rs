@@ -52,6 +52,10 @@ pub struct Shared {
     pub recorder: Option<Arc<dyn crate::record::RecordControl>>,
     /// This node's place in the cluster, in cluster mode.
     pub cluster: Option<crate::cluster::Cluster>,
+    /// Connections waiting in EVENT.NEXT BLOCK.
+    pub event_waiters: Arc<crate::waiters::EventWaiters>,
+    /// Tells `event_waiters` of the store's changes while the server lives.
+    pub _event_listener: hotstore::EventListener,
 }
 
 impl Shared {
@@ -80,6 +84,7 @@ impl Shared {
             oldest_ready: self.store.oldest_ready_age(),
             oldest_claimed: self.store.pending(1).first().map(|p| p.held),
             connected: self.clients.connected.load(Ordering::Relaxed),
+            blocked: self.event_waiters.waiting(),
             rejected: self.clients.rejected.load(Ordering::Relaxed),
             recorder: self.recorder.as_ref().map(|r| r.status()),
         })

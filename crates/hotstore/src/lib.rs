@@ -41,8 +41,9 @@ mod verify;
 
 pub use error::{Error, Result};
 pub use events::{
-    Ack, Claim, ClaimToken, ConsumerInfo, EventCounts, EventId, EventInfo, EventPolicy, EventState,
-    GroupInfo, PendingClaim, MAX_ACKED_INTERVALS, MAX_CONSUMERS, MAX_CONSUMER_NAME, MAX_DELIVERIES,
+    Ack, Claim, ClaimToken, ConsumerInfo, EventCounts, EventId, EventInfo, EventInterest,
+    EventListener, EventPolicy, EventState, GroupInfo, NextEvent, PendingClaim,
+    MAX_ACKED_INTERVALS, MAX_CONSUMERS, MAX_CONSUMER_NAME, MAX_DELIVERIES, MAX_EVENT_LISTENERS,
     MAX_EXPECTED_FRAGMENTS, MAX_GROUPS, MAX_GROUP_NAME, MAX_RUN_POLICIES,
 };
 pub use key::{FragmentKey, KeyField, KeyLayout, MAX_KEY_LEN};

@@ -438,6 +438,7 @@ fn info_section(ctx: &Ctx, section: &str, t: &mut String) {
                 sh.clients.connected.load(Ordering::Relaxed).to_string(),
             );
             kv("maxclients", sh.config.max_clients.to_string());
+            kv("blocked_clients", sh.event_waiters.waiting().to_string());
         }
         "memory" => {
             kv("used_memory", st.live_bytes.to_string());

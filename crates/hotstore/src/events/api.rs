@@ -2,6 +2,7 @@
 //! list events, and set policies.
 
 use super::acked::successor;
+use super::claims::Step;
 use super::records::EventWrite;
 use super::{
     Ack, Claim, ClaimToken, EventId, EventInfo, EventPolicy, PendingClaim, MAX_DELIVERIES,
@@ -13,6 +14,54 @@ use crate::store::{Inner, Pinned, Store, PINNED_MAX};
 use arrayvec::ArrayVec;
 use std::ops::Bound;
 use std::time::{Duration, Instant};
+
+/// What [`Store::poll_next_event`] found.
+#[derive(Debug)]
+pub enum NextEvent {
+    /// An event, claimed.
+    Claimed(Claim),
+    /// Nothing to claim now. Look again when a listener is called, or at `look_again_at`
+    /// (an event's timeout or a claim's lease ends then), whichever comes first.
+    Empty {
+        /// When a timeout or lease may make an event claimable (None: none pending).
+        look_again_at: Option<Instant>,
+    },
+}
+
+/// A listener added with [`Store::add_event_listener`]; dropped, it is no longer called.
+pub struct EventListener {
+    inner: std::sync::Arc<Inner>,
+    id: u64,
+}
+
+impl Drop for EventListener {
+    fn drop(&mut self) {
+        self.inner.events.remove_listener(self.id);
+    }
+}
+
+impl std::fmt::Debug for EventListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EventListener({})", self.id)
+    }
+}
+
+/// A waiter registered with [`Store::event_interest`]; dropped, it no longer counts.
+pub struct EventInterest {
+    inner: std::sync::Arc<Inner>,
+}
+
+impl Drop for EventInterest {
+    fn drop(&mut self) {
+        self.inner.events.remove_waiter();
+    }
+}
+
+impl std::fmt::Debug for EventInterest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventInterest")
+    }
+}
 
 /// Fragments of an event found per visit of its index shard when it is read (on the stack,
 /// with at most as many segments pinned).
@@ -60,6 +109,60 @@ impl Store {
         timeout: Duration,
     ) -> Result<Option<Claim>> {
         self.inner.next_event(consumer, lease, Some(timeout))
+    }
+
+    /// One attempt to claim the next event (of group `group`, or of the default queue), for a
+    /// caller that waits its own way (an async task) instead of blocking a thread in
+    /// [`Store::next_event_wait`]. Such a caller holds an [`EventInterest`] while it waits, so
+    /// the store calls its listeners ([`Store::add_event_listener`]) when an event may have
+    /// become claimable, and looks again when told, or at [`NextEvent::Empty`]'s time, when
+    /// a timeout or lease ends (nobody is told of those: they are found by looking).
+    pub fn poll_next_event(
+        &self,
+        group: Option<&str>,
+        consumer: &str,
+        lease: Duration,
+    ) -> Result<NextEvent> {
+        let consumer: std::sync::Arc<str> = consumer.into();
+        let step = match group {
+            Some(g) => self.inner.group_next_step(g, &consumer, lease)?,
+            None => self.inner.next_event_step(&consumer, lease)?,
+        };
+        Ok(match step {
+            Step::Claimed(c) => NextEvent::Claimed(c),
+            Step::Empty(at) => NextEvent::Empty { look_again_at: at },
+        })
+    }
+
+    /// Adds `listener`, called when an event may have become claimable (READY, released,
+    /// given back, a group dropped) while an [`EventInterest`] is held; not called otherwise,
+    /// so a producer pays nothing when nobody waits. It runs on the thread making the change,
+    /// under the store's locks: it must be short and must not call the store (wake a task).
+    /// Called until the returned guard is dropped. At most
+    /// [`MAX_EVENT_LISTENERS`](crate::MAX_EVENT_LISTENERS) at once, past it
+    /// [`Error::InvalidArgument`].
+    pub fn add_event_listener(
+        &self,
+        listener: impl Fn() + Send + Sync + 'static,
+    ) -> Result<EventListener> {
+        let id = self
+            .inner
+            .events
+            .add_listener(std::sync::Arc::new(listener))?;
+        Ok(EventListener {
+            inner: self.inner.clone(),
+            id,
+        })
+    }
+
+    /// Registers a waiter: while the returned guard lives, the listeners are called (see
+    /// [`Store::add_event_listener`]). Take it before the [`Store::poll_next_event`] that
+    /// found nothing, so a change after that look is never missed.
+    pub fn event_interest(&self) -> EventInterest {
+        self.inner.events.add_waiter();
+        EventInterest {
+            inner: self.inner.clone(),
+        }
     }
 
     /// Acknowledges a claim by its token (see [`Claim::into_token`]). `Remove` deletes every

@@ -161,6 +161,14 @@ impl Claim {
     }
 }
 
+/// What one attempt to claim found.
+pub(crate) enum Step {
+    /// An event, claimed.
+    Claimed(Claim),
+    /// Nothing to claim now; a timeout or lease may make an event READY at this time.
+    Empty(Option<Instant>),
+}
+
 impl Drop for Claim {
     fn drop(&mut self) {
         if !self.settled {
@@ -178,25 +186,13 @@ impl Inner {
         lease: Duration,
         wait: Option<Duration>,
     ) -> Result<Option<Claim>> {
-        super::check_claim(consumer, lease)?;
-        self.check_poisoned()?;
-        self.check_no_groups()?;
         let deadline = wait.map(crate::clock::from_now);
         let consumer: Arc<str> = consumer.into();
-        let ev = &self.events;
-        ev.track(&self.index);
         loop {
-            let next_timer = ev.sweep(&self.index, Instant::now());
-            if let Some(no) = ev.oldest_ready_shard() {
-                let mut shard = self.index.shards()[no].write();
-                // Another consumer may have emptied this queue since: look again.
-                let shard = &mut *shard;
-                let Some((prefix, e)) = ev.pop_ready(&shard.keys, &mut shard.events, no) else {
-                    continue;
-                };
-                let id = EventId::from_prefix(&prefix.as_bytes());
-                return Ok(Some(self.take_claim(e, id, consumer.clone(), lease)));
-            }
+            let next_timer = match self.next_event_step(&consumer, lease)? {
+                Step::Claimed(c) => return Ok(Some(c)),
+                Step::Empty(next_timer) => next_timer,
+            };
             let Some(deadline) = deadline else {
                 return Ok(None);
             };
@@ -204,7 +200,40 @@ impl Inner {
                 return Ok(None);
             }
             let until = next_timer.map_or(deadline, |t| t.min(deadline));
-            ev.wait_ready(until);
+            self.events.wait_ready(until);
+        }
+    }
+
+    /// One attempt of [`Inner::next_event`], without waiting: the claim, or when a timeout
+    /// or lease may make an event READY.
+    pub(crate) fn next_event_step(
+        self: &Arc<Self>,
+        consumer: &Arc<str>,
+        lease: Duration,
+    ) -> Result<Step> {
+        super::check_claim(consumer, lease)?;
+        self.check_poisoned()?;
+        self.check_no_groups()?;
+        let ev = &self.events;
+        ev.track(&self.index);
+        loop {
+            let next_timer = ev.sweep(&self.index, Instant::now());
+            let Some(no) = ev.oldest_ready_shard() else {
+                return Ok(Step::Empty(next_timer));
+            };
+            let mut shard = self.index.shards()[no].write();
+            // Another consumer may have emptied this queue since: look again.
+            let shard = &mut *shard;
+            let Some((prefix, e)) = ev.pop_ready(&shard.keys, &mut shard.events, no) else {
+                continue;
+            };
+            let id = EventId::from_prefix(&prefix.as_bytes());
+            return Ok(Step::Claimed(self.take_claim(
+                e,
+                id,
+                consumer.clone(),
+                lease,
+            )));
         }
     }
 

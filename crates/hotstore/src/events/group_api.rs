@@ -1,6 +1,7 @@
 //! The consumer-group calls of [`Store`] (see [`super::groups`] for the model): create and
 //! destroy groups, claim in a group, acknowledge and release its claims, and inspect it.
 
+use super::claims::Step;
 use super::groups::Settled;
 use super::{Ack, Claim, ClaimToken, ConsumerInfo, EventId, GroupInfo, PendingClaim, State};
 use crate::error::{Error, Result};
@@ -389,32 +390,51 @@ impl Inner {
         lease: Duration,
         wait: Option<Duration>,
     ) -> Result<Option<Claim>> {
-        super::check_claim(consumer, lease)?;
-        self.check_poisoned()?;
         let ev = &self.events;
-        ev.track(&self.index);
         let deadline = wait.map(crate::clock::from_now);
         let consumer: Arc<str> = consumer.into();
         loop {
-            let next_timer = ev.sweep(&self.index, Instant::now());
-            let (gid, picked, next_lease) = ev.groups.pick(group)?;
-            if let Some((seq, prefix, deliveries)) = picked {
-                if let Some(c) = self.claim_picked(gid, seq, prefix, deliveries, &consumer, lease) {
-                    return Ok(Some(c));
-                }
-                continue;
-            }
+            let due = match self.group_next_step(group, &consumer, lease)? {
+                Step::Claimed(c) => return Ok(Some(c)),
+                Step::Empty(due) => due,
+            };
             let Some(deadline) = deadline else {
                 return Ok(None);
             };
             if Instant::now() >= deadline {
                 return Ok(None);
             }
-            let until = [next_timer, next_lease]
-                .into_iter()
-                .flatten()
-                .fold(deadline, Instant::min);
+            let until = due.map_or(deadline, |t| t.min(deadline));
             ev.wait_while(until, || !ev.groups.has_work(group));
+        }
+    }
+
+    /// One attempt of [`Inner::group_next`], without waiting: the claim, or when a timeout
+    /// or lease may give the group an event.
+    pub(crate) fn group_next_step(
+        self: &Arc<Self>,
+        group: &str,
+        consumer: &Arc<str>,
+        lease: Duration,
+    ) -> Result<Step> {
+        super::check_claim(consumer, lease)?;
+        self.check_poisoned()?;
+        let ev = &self.events;
+        ev.track(&self.index);
+        loop {
+            let next_timer = ev.sweep(&self.index, Instant::now());
+            let (gid, picked, next_lease) = ev.groups.pick(group)?;
+            if let Some((seq, prefix, deliveries)) = picked {
+                if let Some(c) = self.claim_picked(gid, seq, prefix, deliveries, consumer, lease) {
+                    return Ok(Step::Claimed(c));
+                }
+                continue;
+            }
+            let due = match (next_timer, next_lease) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            return Ok(Step::Empty(due));
         }
     }
 

@@ -43,6 +43,7 @@ pub(crate) mod rebuild;
 mod records;
 
 pub use acked::MAX_ACKED_INTERVALS;
+pub use api::{EventInterest, EventListener, NextEvent};
 pub use claims::{Ack, Claim, ClaimToken};
 pub use groups::{ConsumerInfo, GroupInfo, MAX_CONSUMERS, MAX_GROUPS, MAX_GROUP_NAME};
 pub use policy::{EventPolicy, MAX_EXPECTED_FRAGMENTS, MAX_RUN_POLICIES};
@@ -434,6 +435,12 @@ pub(crate) fn check_claim(consumer: &str, lease: Duration) -> crate::Result<()> 
 /// How long a consumer waiting for work polls before it parks (see `Events::wait_while`):
 /// several events' time at the rates a readout reaches, a negligible share of an idle
 /// consumer's CPU.
+/// Most listeners a store calls when an event may have become claimable.
+pub const MAX_EVENT_LISTENERS: usize = 16;
+
+/// A function called when an event may have become claimable.
+pub(crate) type Listener = Arc<dyn Fn() + Send + Sync>;
+
 const SPIN_BEFORE_PARK: Duration = Duration::from_micros(50);
 
 #[derive(Default)]
@@ -484,6 +491,10 @@ pub(crate) struct Events {
     ready_heads: Box<[AtomicU64]>,
     /// Consumers waiting for a READY event, and where they wait.
     waiters: AtomicUsize,
+    /// Called, beside the condition variable, when an event may have become claimable while
+    /// someone waits ([`crate::Store::add_event_listener`]).
+    listeners: RwLock<Vec<(u64, Listener)>>,
+    next_listener: AtomicU64,
     ready_wait: Mutex<()>,
     pub(crate) ready_cv: Condvar,
     /// Deadlines of OPEN events with a timeout.
@@ -533,6 +544,8 @@ impl Events {
             next_clock_mark: AtomicU64::new(0),
             ready_heads: (0..SHARDS).map(|_| AtomicU64::new(EMPTY_HEAD)).collect(),
             waiters: AtomicUsize::new(0),
+            listeners: RwLock::new(Vec::new()),
+            next_listener: AtomicU64::new(0),
             ready_wait: Mutex::new(()),
             ready_cv: Condvar::new(),
             timers: Mutex::new(BinaryHeap::new()),
@@ -997,9 +1010,43 @@ impl Events {
     /// the new head or we see it waiting.
     pub(crate) fn notify_waiters(&self) {
         if self.waiters.load(Ordering::SeqCst) > 0 {
-            let _g = self.ready_wait.lock();
-            self.ready_cv.notify_all();
+            {
+                let _g = self.ready_wait.lock();
+                self.ready_cv.notify_all();
+            }
+            for (_, listener) in self.listeners.read().iter() {
+                listener();
+            }
         }
+    }
+
+    /// Adds a listener (see [`crate::Store::add_event_listener`]), at most
+    /// [`MAX_EVENT_LISTENERS`]; returns its number.
+    pub(crate) fn add_listener(&self, listener: Listener) -> crate::Result<u64> {
+        let mut l = self.listeners.write();
+        if l.len() >= MAX_EVENT_LISTENERS {
+            return Err(crate::Error::InvalidArgument(format!(
+                "the store has {MAX_EVENT_LISTENERS} event listeners already, the most it calls"
+            )));
+        }
+        let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
+        l.push((id, listener));
+        Ok(id)
+    }
+
+    /// Removes listener number `id`.
+    pub(crate) fn remove_listener(&self, id: u64) {
+        self.listeners.write().retain(|(i, _)| *i != id);
+    }
+
+    /// Counts one more waiter that waits its own way ([`crate::EventInterest`]).
+    pub(crate) fn add_waiter(&self) {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Ends an [`Events::add_waiter`].
+    pub(crate) fn remove_waiter(&self) {
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Publishes the smallest sequence number queued in shard `shard_no`.
