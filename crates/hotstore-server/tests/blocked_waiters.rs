@@ -30,7 +30,10 @@ fn wait_blocked(c: &mut Client, n: u64) {
         if blocked == n {
             return;
         }
-        assert!(Instant::now() < give_up, "{blocked} clients blocked, not {n}");
+        assert!(
+            Instant::now() < give_up,
+            "{blocked} clients blocked, not {n}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

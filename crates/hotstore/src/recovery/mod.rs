@@ -390,10 +390,22 @@ pub fn recover<E: Send + Sync>(
                             reason: why,
                         });
                     }
-                    report.bad_headers.push((path, why));
-                    tier.adopt(slot, len as u64, None);
-                    kept.lists[tier.index].insert(slot, len as u64);
-                    continue;
+                    report.bad_headers.push((path.clone(), why));
+                    max_segment_id = max_segment_id.max(h.id);
+                    if len <= SEGMENT_HEADER_LEN {
+                        tier.adopt(slot, len as u64, None);
+                        kept.lists[tier.index].insert(slot, len as u64);
+                        continue;
+                    }
+                    // Fix (found in review): Salvage left such a file's records out, and with
+                    // them its tombstones and overwrites, so removed keys and old values of
+                    // older segments came back. Recover what the file still holds (a cut
+                    // one's torn end is cut as usual) and give it a header of its length.
+                    repair_header = true;
+                    SegmentHeader {
+                        file_len: len as u64,
+                        ..h
+                    }
                 }
                 Ok(h) => {
                     // Fix (found by tests/crash_points.rs): ids of freed incarnations count
@@ -473,8 +485,12 @@ pub fn recover<E: Send + Sync>(
             seg.sealed.store(true, Ordering::Release);
             if repair_header {
                 // Salvage found the records under this id: give the file a valid header
-                // again, so the next open does not stop at it.
+                // again, so the next open does not stop at it. Fix (found in review): made
+                // durable here (`write_header` leaves that to the next persist of records,
+                // and this segment's watermark is past its header): a power cut after a
+                // clean close brought the damaged header back.
                 seg.write_header(0)?;
+                seg.persist_range(0, SEGMENT_HEADER_LEN)?;
             }
             report.records += entries.len() as u64;
             report.record_bytes += (end - SEGMENT_HEADER_LEN) as u64;
@@ -521,6 +537,10 @@ pub fn recover<E: Send + Sync>(
                 // ranges Salvage skipped (a torn record can have an intact header), and the
                 // next open would trust that summary. Write the summary of the checked scan
                 // here instead, once the records it vouches for are persisted.
+                // Fix (found in review): from its start, header included: the header of a
+                // tail found after a kill -9 may be in the page cache only, and with it
+                // unwritten, a power cut after a clean close dropped every salvaged record.
+                seg.forget_synced();
                 seg.persist_written()?;
                 // A missing summary only costs a scan at the next open.
                 let _ = tier.medium.write_file(
