@@ -2,7 +2,6 @@
 //! recovery found when opening it.
 
 use crate::util::{short_path, CliResult, Out};
-use crate::verify::is_untouched_file;
 use hotstore::{RecoveryReport, Stats, Store};
 use hotstore_bench::util::human_bytes;
 use std::path::Path;
@@ -209,19 +208,13 @@ fn print_human(out: &mut Out, dir: &Path, stats: &Stats, report: &RecoveryReport
             short_path(file, dir)
         ))?;
     }
-    // The engine lists never-written pre-allocated files (all zero) with damaged headers;
-    // only the latter deserve a line each.
-    let (unused, bad): (Vec<_>, Vec<_>) = r
-        .bad_headers
-        .iter()
-        .partition(|(file, _)| is_untouched_file(file));
-    if !unused.is_empty() {
+    if r.segments_unused > 0 {
         out.line(format_args!(
             "unused       {} pre-allocated segment file(s), never written",
-            unused.len()
+            r.segments_unused
         ))?;
     }
-    for (file, why) in bad {
+    for (file, why) in &r.bad_headers {
         out.line(format_args!(
             "BAD HEADER   {}: {why}",
             short_path(file, dir)

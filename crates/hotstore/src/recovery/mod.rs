@@ -38,6 +38,9 @@ pub struct RecoveryReport {
     pub segments_scanned: usize,
     /// Free (recycled) segment files found.
     pub segments_free: usize,
+    /// Files prepared ahead and never written (all-zero header), treated as free. Not in
+    /// `bad_headers`: nothing is wrong with them.
+    pub segments_unused: usize,
     /// Records read (puts and tombstones).
     pub records: u64,
     /// Bytes of records covered.
@@ -431,7 +434,13 @@ pub fn recover<E: Send + Sync>(
                     None => {
                         // Never written (a header is persisted with the first persisted
                         // record of the file), or damaged and holding no record we can find.
-                        report.bad_headers.push((path, why.to_string()));
+                        // Fix (found in review): a never-written file was reported as a bad
+                        // header, so a clean reopen listed every prepared file as damaged.
+                        if bytes[..len.min(SEGMENT_HEADER_LEN)].iter().all(|&b| b == 0) {
+                            report.segments_unused += 1;
+                        } else {
+                            report.bad_headers.push((path, why.to_string()));
+                        }
                         adopt_free(tier, slot, name, region, &mut kept);
                         continue;
                     }
