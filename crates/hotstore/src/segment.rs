@@ -156,9 +156,9 @@ pub struct Segment {
     pub readers: AtomicU64,
     /// Set once the file was handed back for reuse.
     pub recycled: AtomicBool,
-    /// Holds event-removal records: the acknowledged-event set must be persisted before this
-    /// segment is recycled (see `events::acked`).
-    pub holds_event_removes: AtomicBool,
+    /// Holds event-removal records or keep marks: the acknowledged-event set must be
+    /// persisted before this segment is recycled (see `events::acked`).
+    pub holds_event_acks: AtomicBool,
     /// Every record appended so far is a put, and the segment was made by this run (a
     /// segment found at open is never assumed to be): once all its records are dead it may be
     /// recycled even while it pins older segments, its pins passing to the segments that pin
@@ -208,7 +208,7 @@ impl Segment {
             pinned_by: Mutex::new(HashSet::new()),
             readers: AtomicU64::new(0),
             recycled: AtomicBool::new(false),
-            holds_event_removes: AtomicBool::new(false),
+            holds_event_acks: AtomicBool::new(false),
             only_puts: AtomicBool::new(false),
             removals_only: AtomicBool::new(false),
             direct_bytes: AtomicU64::new(0),

@@ -2,8 +2,9 @@
 //!
 //! 1. Each event removal deletes the fragments of its event with a lower lsn (and pins their
 //!    segments, as a tombstone does) and marks the event acknowledged.
-//! 2. The newest mark of each event that still has fragments (and is newer than any removal of
-//!    it) is live: `kept` → KEPT (acknowledged), `sealed` → sealed. Other marks are dead.
+//! 2. The newest mark of each event (newer than any removal of it) that is `kept` marks the
+//!    event acknowledged, fragments or not. If the event still has fragments, that mark is
+//!    live: `kept` → KEPT, `sealed` → sealed. Other marks are dead.
 //! 3. Every event with fragments gets an entry: KEPT, READY (sealed or expected count reached)
 //!    or OPEN (its timeout restarts now). Recovered READY events enter the queue in id order.
 //!
@@ -72,6 +73,16 @@ pub(crate) fn rebuild(events: &Events, index: &Index, records: &[EventRecord]) {
         p.default != Policies::default().default || !p.runs.is_empty()
     };
     drop(acked);
+    // Fix (found in review): a kept event is acknowledged whether or not it still has
+    // fragments. Only `build` (events with fragments) did this, so a kept event whose
+    // fragments were then removed lost its acknowledgement at a reopen: a retried ack answered
+    // ClaimLost and a late fragment was accepted, delivering the event again. Once the mark's
+    // segment is recycled, `events.acked` remembers it (see `checkpoint_acked`).
+    for (p, r) in &marks {
+        if r.mark == EVENT_MARK_KEPT {
+            events.insert_acked(p);
+        }
+    }
     if in_use {
         build(events, index, &marks);
     }
@@ -132,9 +143,6 @@ fn build(events: &Events, index: &Index, marks: &HashMap<&[u8], &EventRecord>) {
             });
             let kept = mark.as_ref().is_some_and(|m| m.kept);
             let sealed = marks.get(p).is_some_and(|r| r.mark == EVENT_MARK_SEALED);
-            if kept {
-                events.insert_acked(p);
-            }
             let policy = events.policy_for(p);
             let complete = policy.expected_fragments > 0 && fragments >= policy.expected_fragments;
             let state = if kept {

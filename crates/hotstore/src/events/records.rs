@@ -90,7 +90,7 @@ impl Inner {
     /// (it must outlive them, or a reopen would bring them back).
     fn apply_remove(&self, shard: &mut ShardMap, seg: &Arc<Segment>, prefix: &[u8], rec_len: u64) {
         seg.dead_bytes.fetch_add(rec_len, Ordering::Relaxed);
-        seg.holds_event_removes.store(true, Ordering::Release);
+        seg.holds_event_acks.store(true, Ordering::Release);
         let flen = self.events.fragment_len;
         let upper = successor(prefix);
         let doomed: Vec<IndexKey> = shard
@@ -141,6 +141,13 @@ impl Inner {
         seg.live_records.fetch_add(1, Ordering::AcqRel);
         seg.live_bytes.fetch_add(rec_len, Ordering::Relaxed);
         let kept = what == EventWrite::Keep;
+        if kept {
+            // Fix (found in review): a keep mark remembers its event's acknowledgement as a
+            // removal record does, and dies with the event's fragments; the segment must not
+            // be recycled before the acknowledged set is persisted (`checkpoint_acked`), or a
+            // reopen would forget it and deliver the kept event again.
+            seg.holds_event_acks.store(true, Ordering::Release);
+        }
         let no = self.index.event_shard_no(prefix);
         let super::ShardEvents { entries, ready, .. } = &mut shard.events;
         let Some(entry) = entries.get_mut(&IndexKey::new(prefix)) else {

@@ -520,19 +520,21 @@ pub fn recover<E: Send + Sync>(
                 if e.kind.is_event() {
                     let rec_len = record::record_len(e.key.len(), e.value_len as usize) as u64;
                     seg.dead_bytes.fetch_add(rec_len, Ordering::Relaxed);
-                    if e.kind == Kind::EventRemove {
-                        seg.holds_event_removes.store(true, Ordering::Relaxed);
-                    }
                     let at = e.offset as usize + HEADER_LEN + e.key.len();
+                    let mark = if e.kind == Kind::EventMark {
+                        bytes.get(at).copied().unwrap_or(0)
+                    } else {
+                        0
+                    };
+                    // Fix (found in review): keep marks too (see `apply_mark`).
+                    if e.kind == Kind::EventRemove || mark == record::EVENT_MARK_KEPT {
+                        seg.holds_event_acks.store(true, Ordering::Relaxed);
+                    }
                     event_records.push(EventRecord {
                         kind: e.kind,
                         prefix: e.key.clone(),
                         lsn: e.lsn,
-                        mark: if e.kind == Kind::EventMark {
-                            bytes.get(at).copied().unwrap_or(0)
-                        } else {
-                            0
-                        },
+                        mark,
                         seg: seg.clone(),
                         rec_len,
                     });

@@ -409,6 +409,10 @@ impl Inner {
         )?;
         dst.live_records.fetch_add(1, Ordering::AcqRel);
         dst.live_bytes.fetch_add(rec_len as u64, Ordering::Relaxed);
+        if mark.kept {
+            // As at the keep (`apply_mark`): the acknowledgement outlives the copy's segment.
+            dst.holds_event_acks.store(true, Ordering::Release);
+        }
         let old_len = mark.rec_len;
         mark.seg = dst.clone();
         mark.rec_len = rec_len as u64;

@@ -191,14 +191,14 @@ fn give_back(inner: &Inner, seg: &Segment) -> crate::Result<()> {
     inner.tiers[seg.tier].give_back(seg.slot, seg.region.clone(), seg.mostly_direct())
 }
 
-/// An event-removal record is the store's memory that its event was acknowledged (late
-/// fragments are refused by it). Before a segment holding one is recycled, the
-/// acknowledged-event set is persisted, so that memory outlives the record. False (and the
+/// An event-removal record, or a keep mark, is the store's memory that its event was
+/// acknowledged (late fragments are refused by it). Before a segment holding one is recycled,
+/// the acknowledged-event set is persisted, so that memory outlives the record. False (and the
 /// segment stays) if that fails.
 fn checkpoint_acked(inner: &Inner, segs: &[&Arc<Segment>]) -> bool {
     if !segs
         .iter()
-        .any(|s| s.holds_event_removes.load(Ordering::Acquire))
+        .any(|s| s.holds_event_acks.load(Ordering::Acquire))
     {
         return true;
     }
