@@ -287,8 +287,11 @@ fn write_uring(
             file_at += n;
             // Hand the chunk to the device now, so it writes while the next one is copied
             // (submitting only after filling every buffer serialised copy and write).
+            // A transient refusal leaves the request queued: `submit_and_wait` below hands it
+            // over again (found in review: EAGAIN or EBUSY failed the write and poisoned the
+            // store).
             if let Err(e) = ring.submit() {
-                if e.kind() != std::io::ErrorKind::Interrupted {
+                if !transient(&e) {
                     first_error = Some(Error::io("io_uring submit", path, e));
                 }
             }
@@ -297,13 +300,14 @@ fn write_uring(
             return Ok(first_error.map_or(Ok(()), Err));
         }
         if let Err(e) = ring.submit_and_wait(1) {
-            if e.kind() != std::io::ErrorKind::Interrupted {
+            if !transient(&e) {
                 wait_failures += 1;
                 if wait_failures >= MAX_WAIT_FAILURES {
                     return Err(Stuck(Error::io("io_uring wait", path, e)));
                 }
             }
-            continue;
+            // Reap whatever completed anyway: EBUSY means the completion queue must be
+            // drained before more is submitted.
         }
         let completed: Vec<(u64, i32)> = ring
             .completion()
@@ -319,6 +323,13 @@ fn write_uring(
             }
         }
     }
+}
+
+/// An `io_uring_enter` refusal that leaves the queued requests to submit again: interrupted,
+/// no memory for a request now (EAGAIN), or the completion queue to drain first (EBUSY).
+fn transient(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::Interrupted
+        || matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EBUSY))
 }
 
 /// Finishes a completed request that wrote chunk `buf` at file offset `off` (`res`: its
