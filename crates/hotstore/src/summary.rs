@@ -182,7 +182,10 @@ pub fn decode(segment_id: u64, b: &[u8]) -> Option<(u64, Vec<Entry>)> {
             e.offset as u64 + crate::record::record_len(e.key.len(), e.value_len as usize) as u64;
         e.offset as u64 >= crate::segment::SEGMENT_HEADER_LEN as u64 && end <= records_end
     });
-    (at == body.len() && in_bounds).then_some((records_end, entries))
+    // Fix (found in review): an end inside the header page made recovery's count of record
+    // bytes (`end - SEGMENT_HEADER_LEN`) underflow.
+    let end_ok = records_end >= crate::segment::SEGMENT_HEADER_LEN as u64;
+    (at == body.len() && in_bounds && end_ok).then_some((records_end, entries))
 }
 
 #[cfg(test)]
@@ -246,5 +249,15 @@ mod tests {
         assert_eq!(decode(7, &b), Some((end as u64, expected)));
         let empty = encode_records(7, &seg, start, start);
         assert_eq!(decode(7, &empty), Some((start as u64, vec![])));
+    }
+
+    /// A summary whose checksum holds but whose records end inside the header page (crafted,
+    /// or a bug) is refused like a damaged one: the segment is scanned instead.
+    #[test]
+    fn an_end_inside_the_header_page_is_refused() {
+        let start = crate::segment::SEGMENT_HEADER_LEN as u64;
+        assert_eq!(decode(7, &encode(7, start, &[])), Some((start, vec![])));
+        assert_eq!(decode(7, &encode(7, start - 1, &[])), None);
+        assert_eq!(decode(7, &encode(7, 0, &[])), None);
     }
 }
