@@ -657,6 +657,9 @@ where
             shared.metrics.error(kind);
         }
         if answered {
+            // Pass the wake-up on: one change may have made several events claimable (or
+            // answered every waiter of the group), and the store called the listener once.
+            waiting.notify.notify_one();
             return true;
         }
         loop {

@@ -239,6 +239,9 @@ struct Stuck(Error);
 
 /// Waits this many failed `submit_and_wait` calls (other than interruptions) before giving up.
 const MAX_WAIT_FAILURES: usize = 100;
+/// ... or this many transient ones (EAGAIN, EBUSY), each after [`TRANSIENT_PAUSE`]: about 10 s.
+const MAX_TRANSIENT_FAILURES: usize = 10_000;
+const TRANSIENT_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
 fn write_uring(
     ring: &mut io_uring::IoUring,
@@ -300,9 +303,17 @@ fn write_uring(
             return Ok(first_error.map_or(Ok(()), Err));
         }
         if let Err(e) = ring.submit_and_wait(1) {
-            if !transient(&e) {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                // A transient refusal is given time (it is not a failed write), but not for
+                // ever: a kernel that keeps refusing ends in `Stuck`, not a spinning writer.
+                let limit = if transient(&e) {
+                    std::thread::sleep(TRANSIENT_PAUSE);
+                    MAX_TRANSIENT_FAILURES
+                } else {
+                    MAX_WAIT_FAILURES
+                };
                 wait_failures += 1;
-                if wait_failures >= MAX_WAIT_FAILURES {
+                if wait_failures >= limit {
                     return Err(Stuck(Error::io("io_uring wait", path, e)));
                 }
             }
