@@ -13,10 +13,16 @@ use std::time::Duration;
 /// thread (connections are cheap). Claims taken with [`Client::event_next`] go back to READY
 /// when the client is dropped (the connection closes), unless acknowledged or released.
 ///
-/// After an [`Error::Connection`] the client is unusable; error replies (every other
-/// variant) leave it usable.
+/// After an [`Error::Connection`] the client is unusable (every later call answers
+/// [`Error::Connection`] at once: reconnect); error replies (every other variant) leave it
+/// usable.
 pub struct Client {
     con: redis::Connection,
+    /// A send or read failed (a timeout, a reply that did not parse): replies still in flight
+    /// could be read as the answers to later requests, so none is sent. Fix (found in
+    /// review): a pipeline that timed out at its second reply left the others unread, and the
+    /// next put was told `+OK` by an earlier put's late reply although the server refused it.
+    broken: bool,
     response_timeout: Option<Duration>,
     /// Scratch buffer for packed commands.
     buf: Vec<u8>,
@@ -53,6 +59,7 @@ impl Client {
         con.set_write_timeout(opts.response_timeout)?;
         let mut c = Client {
             con,
+            broken: false,
             response_timeout: opts.response_timeout,
             buf: Vec::new(),
             one: Pipeline::new(),
@@ -63,14 +70,38 @@ impl Client {
         Ok(c)
     }
 
+    /// Runs `f` on the connection unless it is broken; a failure (anything but an error
+    /// reply, which is a value) breaks it.
+    fn io<T>(
+        &mut self,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        if self.broken {
+            return Err(Error::Connection(redis::RedisError::from(
+                std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "an earlier call on this connection failed (timeout, lost connection or \
+                     a reply that did not parse): its replies may still arrive, so it is not \
+                     used again; connect a new client",
+                ),
+            )));
+        }
+        f(&mut self.con).map_err(|e| {
+            self.broken = true;
+            Error::Connection(e)
+        })
+    }
+
     /// Sends one command and returns its reply, error replies included as values.
     pub(crate) fn request(&mut self, cmd: &Cmd) -> Result<Value> {
-        Ok(self.con.req_command(cmd)?)
+        self.io(|c| c.req_command(cmd))
     }
 
     /// Sends the write queued in `self.one` and returns its result.
     fn write_one(&mut self) -> Result<()> {
-        let sent = self.con.send_packed_command(self.one.packed(0, 1));
+        let one = std::mem::take(&mut self.one);
+        let sent = self.io(|c| c.send_packed_command(one.packed(0, 1)));
+        self.one = one;
         self.one.clear();
         sent?;
         proto::ok(self.recv()?)
@@ -202,18 +233,19 @@ impl Client {
             }
             _ => return Ok(false),
         };
-        self.con.set_read_timeout(widen)?;
+        self.io(|c| c.set_read_timeout(widen))?;
         Ok(true)
     }
 
     /// Puts the response timeout back after [`Client::widen_read_timeout`].
     pub(crate) fn restore_read_timeout(&mut self) -> Result<()> {
-        Ok(self.con.set_read_timeout(self.response_timeout)?)
+        let t = self.response_timeout;
+        self.io(|c| c.set_read_timeout(t))
     }
 
     /// Writes already encoded commands (their replies are read with [`Client::recv`]).
     pub(crate) fn send_packed(&mut self, bytes: &[u8]) -> Result<()> {
-        Ok(self.con.send_packed_command(bytes)?)
+        self.io(|c| c.send_packed_command(bytes))
     }
 
     /// Claims up to `max` READY events in one round trip (`max` pipelined `EVENT.NEXT LEASE
@@ -229,7 +261,10 @@ impl Client {
         for _ in 0..max {
             cmd.write_packed_command(&mut self.buf);
         }
-        self.con.send_packed_command(&self.buf)?;
+        let buf = std::mem::take(&mut self.buf);
+        let sent = self.io(|c| c.send_packed_command(&buf));
+        self.buf = buf;
+        sent?;
         let mut replies = Vec::with_capacity(max);
         for _ in 0..max {
             replies.push(self.recv()?);
@@ -298,7 +333,7 @@ impl Client {
             let in_flight = sent - out.len();
             if sent < n && in_flight <= window / 2 {
                 let upto = n.min(out.len().saturating_add(window));
-                self.con.send_packed_command(pipeline.packed(sent, upto))?;
+                self.io(|c| c.send_packed_command(pipeline.packed(sent, upto)))?;
                 sent = upto;
             }
             out.push(proto::ok(self.recv()?));
@@ -309,7 +344,7 @@ impl Client {
     /// The next reply (skipping RESP3 pushes).
     pub(crate) fn recv(&mut self) -> Result<Value> {
         loop {
-            match self.con.recv_response()? {
+            match self.io(|c| c.recv_response())? {
                 Value::Push { .. } => continue,
                 v => return Ok(v),
             }

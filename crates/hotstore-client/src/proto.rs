@@ -207,9 +207,23 @@ fn int(v: &Value) -> Result<i64> {
     }
 }
 
-fn uint<T: TryFrom<i64>>(v: &Value, what: &str) -> Result<T> {
-    let i = int(v)?;
-    T::try_from(i).map_err(|_| Error::protocol(format!("{what} {i} out of range")))
+/// An unsigned field. Fix (found in review): the server sends values above `i64::MAX` as
+/// digits (a RESP2 bulk string, a RESP3 big number), which `int` refused, so the claim of such
+/// an event failed after the server had made it (held until its lease ended).
+fn uint<T: TryFrom<u64>>(v: &Value, what: &str) -> Result<T> {
+    let digits = |b: &[u8]| {
+        std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+    };
+    let n = match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        Value::BulkString(b) | Value::BigNumber(b) => digits(b),
+        Value::SimpleString(s) => digits(s.as_bytes()),
+        _ => None,
+    }
+    .ok_or_else(|| Error::protocol(format!("expected an unsigned {what}, got {v:?}")))?;
+    T::try_from(n).map_err(|_| Error::protocol(format!("{what} {n} out of range")))
 }
 
 fn flag(v: &Value) -> Result<bool> {
