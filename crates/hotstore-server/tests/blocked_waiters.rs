@@ -5,10 +5,9 @@
 
 mod common;
 
-use common::{config, info_field, Client};
+use common::{config, info_field, wait_blocked, Client};
 use hotstore_server::spawn;
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
 
 /// Threads of this process (the server under test runs in it).
 fn threads() -> usize {
@@ -20,22 +19,6 @@ fn threads() -> usize {
         .trim()
         .parse()
         .unwrap()
-}
-
-/// Waits until INFO says `n` clients are blocked (a deadline only for a failing server).
-fn wait_blocked(c: &mut Client, n: u64) {
-    let give_up = Instant::now() + Duration::from_secs(120);
-    loop {
-        let blocked = info_field(c, "clients", "blocked_clients");
-        if blocked == n {
-            return;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "{blocked} clients blocked, not {n}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The event id (run, event) of the claim reply `*4` just read: token, id array, ...

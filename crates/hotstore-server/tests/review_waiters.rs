@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{config, info_field, Client};
+use common::{config, wait_blocked, Client};
 use hotstore_server::spawn;
 use std::time::{Duration, Instant};
 
@@ -14,21 +14,6 @@ const N: usize = 200;
 /// Far beyond what delivering N replies takes (well under 1 s); the waiters' clock ticks
 /// every 100 ms, so one-per-tick takes N * 100 ms = 20 s.
 const GENEROUS: Duration = Duration::from_secs(12);
-
-fn wait_blocked(c: &mut Client, n: u64) {
-    let give_up = Instant::now() + Duration::from_secs(120);
-    loop {
-        let blocked = info_field(c, "clients", "blocked_clients");
-        if blocked == n {
-            return;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "{blocked} clients blocked, not {n}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// How many of `clients` got a first reply line starting with `prefix` before `deadline`
 /// (each read on its own thread, so the order they are answered in does not matter).

@@ -95,3 +95,20 @@ pub fn config(dir: &std::path::Path) -> ServerConfig {
     c.threads = 2;
     c
 }
+
+/// Waits until INFO says `n` clients are blocked in EVENT.NEXT BLOCK (the deadline only ends a
+/// wait for a failing server).
+pub fn wait_blocked(c: &mut Client, n: u64) {
+    let give_up = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let blocked = info_field(c, "clients", "blocked_clients");
+        if blocked == n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < give_up,
+            "{blocked} clients blocked, not {n}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
