@@ -72,6 +72,10 @@ pub struct ServeArgs {
     /// a client needing more waits.
     #[arg(long, value_parser = parse_size)]
     max_buffer_memory: Option<u64>,
+    /// Memory all clients together may hold in large replies (1 MiB and more) built and not
+    /// yet read [default: 2GiB]; a GET, MGET or EVENT.GET past it gets -BUSY (retry).
+    #[arg(long, value_parser = parse_size)]
+    max_reply_memory: Option<u64>,
     /// Largest reply one command may build (MGET, EVENT.GET) [default: 512MiB]; larger
     /// requests get an error instead of buffering without bound.
     #[arg(long, value_parser = parse_size)]
@@ -173,6 +177,9 @@ fn config_from(a: ServeArgs) -> CliResult<ServerConfig> {
     }
     if let Some(v) = a.max_reply_len {
         c.max_reply_len = v as usize;
+    }
+    if let Some(v) = a.max_reply_memory {
+        c.max_reply_memory = v as usize;
     }
     if let Some(v) = a.max_buffer_memory {
         c.max_buffer_memory = v as usize;

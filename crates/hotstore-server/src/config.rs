@@ -42,6 +42,9 @@ pub struct ServerConfig {
     /// Bytes of requests all clients together may have buffered beyond the 64 KiB each
     /// always gets; a client needing more waits (the server stops reading from it).
     pub max_buffer_memory: usize,
+    /// Bytes of large replies (1 MiB and more) all clients together may have built and not
+    /// yet read; a request for more gets `-BUSY` (a reply alone is always built).
+    pub max_reply_memory: usize,
     /// Store capacity in bytes, stored with the store (0: keep the stored capacity; for a new
     /// store, the file system decides).
     pub capacity: u64,
@@ -93,6 +96,7 @@ impl Default for ServerConfig {
             max_bulk_len: hotstore::MAX_VALUE_LEN as usize,
             max_reply_len: 2 * hotstore::MAX_VALUE_LEN as usize,
             max_buffer_memory: 1 << 30,
+            max_reply_memory: 2 << 30,
             capacity: 0,
             preallocate: 0,
             offload_to: None,

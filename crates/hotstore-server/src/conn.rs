@@ -52,6 +52,7 @@ where
         unsynced: Vec::new(),
         claims: HashMap::new(),
         prune_claims_at: CLAIMS_PRUNE_MIN,
+        reply_charge: None,
     };
     shared.metrics.connections_total.inc();
     let end = run(&shared, &mut stream, &mut state).await;
@@ -571,6 +572,8 @@ async fn send<S>(
 where
     S: AsyncWrite + Unpin,
 {
+    // The reply memory reserved for these replies, given back when they are sent (or fail).
+    let _charge = state.reply_charge.take();
     if state.needs_sync {
         state.needs_sync = false;
         let waited = Instant::now();

@@ -190,6 +190,9 @@ pub struct Scrape<'a> {
     pub connected: usize,
     /// Clients waiting in EVENT.NEXT BLOCK now.
     pub blocked: usize,
+    /// Bytes of large replies built and not yet sent, and replies refused for want of room.
+    pub reply_pending: usize,
+    pub replies_refused: u64,
     /// Connections refused since start (max clients).
     pub rejected: u64,
     /// The recorder's `RECORD.STATUS` counters, if the server runs beside one.
@@ -346,6 +349,18 @@ impl Metrics {
             Kind::Gauge,
             "Clients connected now",
             s.connected,
+        );
+        p.single(
+            "hotstore_reply_bytes_pending",
+            Kind::Gauge,
+            "Bytes of large replies (1 MiB and more) built and not yet sent",
+            s.reply_pending,
+        );
+        p.single(
+            "hotstore_replies_refused_total",
+            Kind::Counter,
+            "Large replies refused (-BUSY) because --max-reply-memory was taken",
+            s.replies_refused,
         );
         p.single(
             "hotstore_blocked_clients",

@@ -394,6 +394,7 @@ pub(crate) fn shared_state(
             what: format!("cannot watch the store's events: {e}"),
         })?;
     let shared = Arc::new(Shared {
+        reply_memory: crate::shared::ReplyMemory::new(config.max_reply_memory),
         event_waiters,
         _event_listener: event_listener,
         store,

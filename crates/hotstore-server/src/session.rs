@@ -26,6 +26,8 @@ pub struct ConnState {
     /// Size of `claims` at which expired ones are next dropped (doubles with what stays, so
     /// dropping is O(1) amortised per claim).
     pub prune_claims_at: usize,
+    /// Reply memory reserved for large replies not yet sent (given back once they are).
+    pub reply_charge: Option<crate::shared::ReplyCharge>,
 }
 
 impl ConnState {

@@ -52,6 +52,8 @@ pub struct Shared {
     pub recorder: Option<Arc<dyn crate::record::RecordControl>>,
     /// This node's place in the cluster, in cluster mode.
     pub cluster: Option<crate::cluster::Cluster>,
+    /// Large replies built and not yet sent, all clients, against `--max-reply-memory`.
+    pub reply_memory: Arc<ReplyMemory>,
     /// Connections waiting in EVENT.NEXT BLOCK.
     pub event_waiters: Arc<crate::waiters::EventWaiters>,
     /// Tells `event_waiters` of the store's changes while the server lives.
@@ -85,9 +87,104 @@ impl Shared {
             oldest_claimed: self.store.pending(1).first().map(|p| p.held),
             connected: self.clients.connected.load(Ordering::Relaxed),
             blocked: self.event_waiters.waiting(),
+            reply_pending: self.reply_memory.pending(),
+            replies_refused: self.reply_memory.refused(),
             rejected: self.clients.rejected.load(Ordering::Relaxed),
             recorder: self.recorder.as_ref().map(|r| r.status()),
         })
+    }
+}
+
+/// Replies from this size on are counted against the server-wide reply budget (smaller ones are
+/// bounded per connection: replies are sent once 64 KiB wait).
+pub const LARGE_REPLY: usize = 1 << 20;
+
+/// Bytes of large replies built and not yet sent, all clients together. A client that asks
+/// for large values and does not read them holds its reply until it does; without a shared
+/// bound, many such clients could take the server's memory (each is bounded only by
+/// `--max-reply-len`).
+pub struct ReplyMemory {
+    pending: AtomicUsize,
+    max: usize,
+    refused: AtomicU64,
+}
+
+/// A reservation of reply memory, given back when dropped (once its replies are sent, or
+/// the connection ends).
+pub struct ReplyCharge {
+    memory: Arc<ReplyMemory>,
+    bytes: usize,
+}
+
+impl ReplyMemory {
+    /// A budget of `max` bytes.
+    pub fn new(max: usize) -> Arc<Self> {
+        Arc::new(ReplyMemory {
+            pending: AtomicUsize::new(0),
+            max,
+            refused: AtomicU64::new(0),
+        })
+    }
+
+    /// Bytes of large replies waiting to be sent now.
+    pub fn pending(&self) -> usize {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// Replies refused for want of reply memory, since start.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Reserves `bytes` into `charge` (a reply about to be built); refused, with the reply's
+    /// error text, if the budget cannot take them. Small replies are not counted.
+    pub fn reserve(
+        self: &Arc<Self>,
+        charge: &mut Option<ReplyCharge>,
+        bytes: usize,
+    ) -> Result<(), String> {
+        if bytes < LARGE_REPLY {
+            return Ok(());
+        }
+        let before = self.pending.fetch_add(bytes, Ordering::Relaxed);
+        if before.saturating_add(bytes) > self.max && before > 0 {
+            self.pending.fetch_sub(bytes, Ordering::Relaxed);
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(format!(
+                "BUSY reply memory full: {before} bytes of replies wait for their clients to \
+                 read them (--max-reply-memory {}); retry, or read the replies already asked for",
+                self.max
+            ));
+        }
+        self.pending.fetch_sub(bytes, Ordering::Relaxed);
+        self.count(charge, bytes);
+        Ok(())
+    }
+}
+
+impl ReplyMemory {
+    /// Counts `bytes` of a reply that cannot be refused (a claim already made) into `charge`,
+    /// so that others see the memory taken.
+    pub fn count(self: &Arc<Self>, charge: &mut Option<ReplyCharge>, bytes: usize) {
+        if bytes < LARGE_REPLY {
+            return;
+        }
+        self.pending.fetch_add(bytes, Ordering::Relaxed);
+        match charge {
+            Some(c) => c.bytes += bytes,
+            None => {
+                *charge = Some(ReplyCharge {
+                    memory: self.clone(),
+                    bytes,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for ReplyCharge {
+    fn drop(&mut self) {
+        self.memory.pending.fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 

@@ -460,6 +460,18 @@ fn info_section(ctx: &Ctx, section: &str, t: &mut String) {
                 "hotstore_clients_waiting_for_buffer",
                 sh.buffer_waiters.lock().count.to_string(),
             );
+            kv(
+                "hotstore_reply_bytes_pending",
+                sh.reply_memory.pending().to_string(),
+            );
+            kv(
+                "hotstore_reply_budget",
+                sh.config.max_reply_memory.to_string(),
+            );
+            kv(
+                "hotstore_replies_refused",
+                sh.reply_memory.refused().to_string(),
+            );
         }
         "persistence" => {
             // Redis's fields where they mean the same: nothing loads after start, there are

@@ -133,17 +133,7 @@ pub fn frag_get(ctx: &mut Ctx, args: &Args) -> CmdResult {
         ));
     }
     let key = fragment_key(layout(ctx), args)?;
-    let out = &mut *ctx.out;
-    match ctx
-        .shared
-        .store
-        .get_with(&key, |v| out.bulk(v))
-        .map_err(|e| reply_error(&e))?
-    {
-        Some(()) => {}
-        None => ctx.out.null(),
-    }
-    Ok(Flow::Continue)
+    super::standard::reply_value(ctx, &key)
 }
 
 pub fn event_get(ctx: &mut Ctx, args: &Args) -> CmdResult {
@@ -305,6 +295,10 @@ fn reply_estimate(claim: &Claim) -> usize {
 /// Writes `[token, [event fields], incomplete, fragments]` and keeps the token with the
 /// connection, so the claim is released if the connection goes before acknowledging.
 pub fn write_claim(shared: &Shared, conn: &mut ConnState, out: &mut Reply, claim: Claim) {
+    // Made already, so not refused: counted, so that other large replies wait for it.
+    shared
+        .reply_memory
+        .count(&mut conn.reply_charge, reply_estimate(&claim));
     let layout = shared.store.layout();
     // Fragments are counted as they are read (the array header comes first).
     let mut body = Vec::new();

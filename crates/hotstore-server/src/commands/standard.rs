@@ -14,15 +14,26 @@ pub(super) fn wrote(ctx: &mut Ctx, asked: Option<Durability>) {
 }
 
 pub fn get(ctx: &mut Ctx, args: &Args) -> CmdResult {
-    let out = &mut *ctx.out;
-    match ctx
-        .shared
+    reply_value(ctx, args.get(1))
+}
+
+/// Replies with the value of `key` (nil if missing), a large one only if the server-wide
+/// reply memory has room for it (GET, FRAG.GET).
+pub(super) fn reply_value(ctx: &mut Ctx, key: &[u8]) -> CmdResult {
+    let Ctx { shared, conn, out } = ctx;
+    let got = shared
         .store
-        .get_with(args.get(1), |v| out.bulk(v))
-        .map_err(|e| reply_error(&e))?
-    {
-        Some(()) => {}
-        None => ctx.out.null(),
+        .get_with(key, |v| {
+            shared
+                .reply_memory
+                .reserve(&mut conn.reply_charge, v.len())?;
+            out.bulk(v);
+            Ok::<(), String>(())
+        })
+        .map_err(|e| reply_error(&e))?;
+    match got {
+        Some(written) => written?,
+        None => out.null(),
     }
     Ok(Flow::Continue)
 }
@@ -116,15 +127,18 @@ pub fn del(ctx: &mut Ctx, args: &Args) -> CmdResult {
 }
 
 /// One reply is built whole before it is sent: refuse one that would buffer more than
-/// `--max-reply-len` (a bounded output buffer per client, as Redis's output limits).
-pub(super) fn check_reply_size(ctx: &Ctx, bytes: usize) -> Result<(), String> {
+/// `--max-reply-len` (a bounded output buffer per client, as Redis's output limits), or more
+/// than the server-wide reply memory has room for.
+pub(super) fn check_reply_size(ctx: &mut Ctx, bytes: usize) -> Result<(), String> {
     let max = ctx.shared.config.max_reply_len;
     if bytes > max {
         return Err(format!(
             "ERR reply of {bytes} bytes exceeds max-reply-len ({max}): ask for fewer values"
         ));
     }
-    Ok(())
+    ctx.shared
+        .reply_memory
+        .reserve(&mut ctx.conn.reply_charge, bytes)
 }
 
 pub fn exists(ctx: &mut Ctx, args: &Args) -> CmdResult {
