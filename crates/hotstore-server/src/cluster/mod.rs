@@ -57,17 +57,50 @@ impl Cluster {
                 }
                 me
             }
-            None => map
-                .nodes
-                .iter()
-                .position(|n| n.port == port && same_host(&n.host, bind))
-                .ok_or_else(|| {
-                    format!(
-                        "no node of the cluster map {} is at {bind}:{port}: start the server \
-                         with the --bind and --port of its node, or name it with --cluster-id",
-                        path.display()
-                    )
-                })?,
+            None => {
+                // Fix (found in review): a node bound to every address matched the first node
+                // with its port, so with one port on every machine each took node 0's
+                // identity (and its slots). An exact host match wins; several matches are
+                // refused.
+                let at = |exact: bool| -> Vec<usize> {
+                    (0..map.nodes.len())
+                        .filter(|&i| {
+                            let n = &map.nodes[i];
+                            n.port == port
+                                && if exact {
+                                    n.host == bind
+                                } else {
+                                    same_host(&n.host, bind)
+                                }
+                        })
+                        .collect()
+                };
+                let exact = at(true);
+                let found = if exact.len() == 1 { exact } else { at(false) };
+                match found[..] {
+                    [me] => me,
+                    [] => {
+                        return Err(format!(
+                            "no node of the cluster map {} is at {bind}:{port}: start the \
+                             server with the --bind and --port of its node, or name it with \
+                             --cluster-id",
+                            path.display()
+                        ))
+                    }
+                    _ => {
+                        return Err(format!(
+                            "this server listens on {bind}:{port}, which could be any of the \
+                             nodes {} of the cluster map {}: name it with --cluster-id",
+                            found
+                                .iter()
+                                .map(|&i| format!("{} at {}", map.nodes[i].id, map.nodes[i].addr()))
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            path.display()
+                        ))
+                    }
+                }
+            }
         };
         Ok(Cluster { map, me })
     }
