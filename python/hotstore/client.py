@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import redis
+from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
+from redis.retry import Retry
 
 __all__ = [
     "HotstoreClient",
@@ -243,6 +245,13 @@ class HotstoreClient:
     which is also the default consumer name of claims. ``unix_socket_path`` connects to
     ``--unixsocket`` instead of TCP. Other keyword arguments go to ``redis.Redis``.
 
+    ``socket_timeout`` bounds the wait for each reply; a blocking :meth:`event_next` waits
+    its ``block_ms`` more. A timeout or a lost connection is raised
+    (``redis.exceptions.TimeoutError``, ``ConnectionError``): the client does not reconnect
+    and send the command again on its own (``retry=redis.retry.Retry(...)`` turns redis-py's
+    retries on, at the cost of claims given back and writes repeated behind the caller's
+    back).
+
     Every call raises the typed exceptions of this module for hotstore's error codes and
     ``redis.exceptions.ResponseError`` for ``-ERR`` (bad arguments).
     """
@@ -270,6 +279,12 @@ class HotstoreClient:
             # Claims live as long as the connection that made them: one connection per
             # client, never swapped behind the caller's back.
             single_connection_client=True,
+            # No silent retry: redis-py's default (3 retries on ConnectionError and
+            # TimeoutError) reconnects, which gives back every claim the connection holds,
+            # and sends the command again, though a write whose reply was late may have
+            # taken effect (an EVENT.ACK then fails with AlreadyAckedError, a FRAG.PUT is
+            # stored twice). A timeout or a lost connection is reported to the caller.
+            retry=Retry(NoBackoff(), 0),
         )
         if unix_socket_path is not None:
             kwargs["unix_socket_path"] = unix_socket_path
@@ -288,6 +303,27 @@ class HotstoreClient:
             return self.redis.execute_command(*args)
         except ResponseError as e:
             raise map_error(e) from e
+
+    def _execute_blocking(self, block_ms: Optional[int], *args: Any) -> Any:
+        """:meth:`execute` for a command the server holds up to ``block_ms`` (BLOCK; 0:
+        forever) before it answers: the read of its reply waits that much longer than
+        ``socket_timeout`` (as the Rust client and the cluster consumer do), forever for 0;
+        the connection's timeout is back as it was afterwards."""
+        conn = getattr(self.redis, "connection", None)
+        narrow = getattr(conn, "socket_timeout", None)
+        if block_ms is None or conn is None or narrow is None:
+            return self.execute(*args)  # no wait, or no read timeout to widen
+        wide = None if int(block_ms) == 0 else narrow + int(block_ms) / 1000.0
+        # The connection is made again by the first call after a failure: make it now, to
+        # widen its socket's timeout (the socket's own: the parser reads with it).
+        conn.connect()
+        conn._sock.settimeout(wide)
+        try:
+            return self.execute(*args)
+        finally:
+            sock = conn._sock  # None if the call failed and disconnected
+            if sock is not None:
+                sock.settimeout(narrow)
 
     def close(self) -> None:
         """Closes the connection. Events this connection still holds go back to READY."""
@@ -402,7 +438,7 @@ class HotstoreClient:
             args += ["CONSUMER", consumer]
         if group is not None:
             args += ["GROUP", group]
-        reply = self.execute(*args)
+        reply = self._execute_blocking(block_ms, *args)
         if reply is None:
             return None
         token, (run, event), incomplete, fragments = reply
@@ -434,7 +470,7 @@ class HotstoreClient:
             args += ["CONSUMER", consumer]
         if group is not None:
             args += ["GROUP", group]
-        return self._claims(self.execute(*args))
+        return self._claims(self._execute_blocking(block_ms, *args))
 
     def event_ack_many(
         self, tokens: Sequence[str], remove: bool = True, durability: Optional[str] = None

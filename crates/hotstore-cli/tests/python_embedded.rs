@@ -1,8 +1,9 @@
-//! Runs the embedded Python binding's pytest suite (tests/python/test_embedded.py) against the
-//! installed `hotstore` package: `scripts/test` builds and installs it first (`pip install
-//! ./python`, a release build of crates/hotstore-py). Fails (does not skip) when the package
-//! or pytest is missing. After changing crates/hotstore or crates/hotstore-py, install the
-//! package again (scripts/test does) or this runs the old build.
+//! Runs the embedded Python binding's pytest suite (tests/python/test_embedded.py and
+//! tests/python/test_embedded_review.py) against the installed `hotstore` package:
+//! `scripts/test` builds and installs it first (`pip install ./python`, a release build of
+//! crates/hotstore-py). Fails (does not skip) when the package or pytest is missing. After
+//! changing crates/hotstore or crates/hotstore-py, install the package again (scripts/test
+//! does) or this runs the old build.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -39,6 +40,7 @@ fn embedded_python_binding_pytest() {
     let out = Command::new("python3")
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(repo_root().join("tests/python/test_embedded.py"))
+        .arg(repo_root().join("tests/python/test_embedded_review.py"))
         .current_dir(tmp.path())
         .stdin(Stdio::null())
         .output()

@@ -295,6 +295,25 @@ fn redis_py_suite() {
     );
 }
 
+/// The Python client against timeouts (tests/python/test_client_review.py): it starts its own
+/// server with this binary.
+#[test]
+fn python_client_timeouts() {
+    require_tools();
+    let result = run(
+        Command::new("python3")
+            .args(["-m", "pytest", "-p", "no:cacheprovider", "-v", "-rs"])
+            .arg("tests/python/test_client_review.py")
+            .env("HOTSTORE_BIN", BIN),
+        Duration::from_secs(600),
+    );
+    finish(
+        "python3 -m pytest tests/python/test_client_review.py",
+        result,
+        Vec::new(),
+    );
+}
+
 #[test]
 fn redis_cli_session() {
     require_tools();

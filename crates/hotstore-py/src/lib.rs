@@ -31,7 +31,7 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::ThreadId;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------------------------
 // Errors
@@ -273,7 +273,41 @@ impl Shared {
         self.check_no_reservation()?;
         Ok(e)
     }
+
+    /// Waits up to `timeout` for a claim, `attempt(engine, slice)` being one wait of at most
+    /// `slice`: in slices of at most [`WAIT_SLICE`], without the GIL, holding the engine only
+    /// for one slice at a time. Between slices it looks whether the store was closed
+    /// (StoreClosed, as any call after close(); close() waits for calls holding the engine,
+    /// so a wait holding it throughout kept close() waiting as long) and lets Python handle
+    /// signals (Ctrl-C raises KeyboardInterrupt here). An event that becomes READY between
+    /// two slices is found by the next one: each attempt looks before it waits.
+    fn wait_for_claim(
+        &self,
+        py: Python<'_>,
+        timeout: Duration,
+        attempt: impl Fn(&Engine, Duration) -> hotstore::Result<Option<hotstore::Claim>> + Sync,
+    ) -> PyResult<Option<hotstore::Claim>> {
+        // None: beyond what Instant can hold (timeouts go up to 1e9 s): wait until told.
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let engine = self.engine()?;
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            let slice = left.min(WAIT_SLICE);
+            let got = py.detach(|| attempt(&engine, slice)).py()?;
+            drop(engine);
+            if got.is_some() || slice == left {
+                return Ok(got);
+            }
+            py.check_signals()?;
+        }
+    }
 }
+
+/// The longest a wait for an event holds the engine without looking whether the store is
+/// closing and whether Python has a signal to handle ([`Shared::wait_for_claim`]).
+const WAIT_SLICE: Duration = Duration::from_millis(100);
 
 /// An embedded hotstore store, opened in this process.
 #[pyclass(frozen, module = "hotstore._hotstore")]
@@ -656,13 +690,15 @@ impl Store {
     ) -> PyResult<Option<Claim>> {
         let lease = seconds(lease, "lease")?;
         let timeout = timeout.map(|t| seconds(t, "timeout")).transpose()?;
-        let engine = self.shared.engine()?;
-        let c = py
-            .detach(|| match timeout {
-                Some(t) => engine.next_event_wait(consumer, lease, t),
-                None => engine.next_event(consumer, lease),
-            })
-            .py()?;
+        let c = match timeout {
+            Some(t) => self.shared.wait_for_claim(py, t, |engine, slice| {
+                engine.next_event_wait(consumer, lease, slice)
+            })?,
+            None => {
+                let engine = self.shared.engine()?;
+                py.detach(|| engine.next_event(consumer, lease)).py()?
+            }
+        };
         Ok(c.map(|c| Claim::new(c, self.shared.clone())))
     }
 
@@ -678,13 +714,16 @@ impl Store {
     ) -> PyResult<Option<Claim>> {
         let lease = seconds(lease, "lease")?;
         let timeout = timeout.map(|t| seconds(t, "timeout")).transpose()?;
-        let engine = self.shared.engine()?;
-        let c = py
-            .detach(|| match timeout {
-                Some(t) => engine.next_event_in_wait(group, consumer, lease, t),
-                None => engine.next_event_in(group, consumer, lease),
-            })
-            .py()?;
+        let c = match timeout {
+            Some(t) => self.shared.wait_for_claim(py, t, |engine, slice| {
+                engine.next_event_in_wait(group, consumer, lease, slice)
+            })?,
+            None => {
+                let engine = self.shared.engine()?;
+                py.detach(|| engine.next_event_in(group, consumer, lease))
+                    .py()?
+            }
+        };
         Ok(c.map(|c| Claim::new(c, self.shared.clone())))
     }
 

@@ -1,0 +1,333 @@
+"""The network client (python/hotstore/client.py) against timeouts (found in review).
+
+* A write whose reply is later than ``socket_timeout`` has an unknown outcome: the client
+  reports the timeout. It used to keep redis-py's default Retry (3 retries on
+  ConnectionError and TimeoutError): it reconnected (which gives back every claim the
+  connection holds) and sent the command again, so a slow EVENT.ACK that took effect came
+  back as AlreadyAckedError and a slow FRAG.PUT was sent twice.
+* A blocking EVENT.NEXT (``block_ms``) waits on the server: the client's read waits that
+  much longer than ``socket_timeout`` (as the Rust client and the cluster consumer do),
+  forever for ``block_ms=0``; it used to fail with TimeoutError.
+
+Run: ``HOTSTORE_BIN=target/release/hotstore python3 -m pytest tests/python/test_client_review.py``.
+The tests that need a server start their own ``hotstore serve`` (``--port 0`` on 127.0.0.1,
+store in /dev/shm) and stop it (SIGTERM); they are skipped when no hotstore binary is found
+(``HOTSTORE_BIN``, else ``hotstore`` on PATH, else target/release or target/debug of this
+repository or of ``CARGO_TARGET_DIR``). Needs redis-py 5 or later.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+redis = pytest.importorskip("redis")
+from hotstore.client import HotstoreClient  # noqa: E402
+
+SHM = "/dev/shm" if os.path.isdir("/dev/shm") else None
+# How long a server may take to start or stop, and anything to happen before a test calls it
+# a hang (a busy machine is slow).
+HANG_S = 60.0
+
+
+# --------------------------------------------------------------------------------------------
+# A real server, started by the tests
+# --------------------------------------------------------------------------------------------
+
+
+def hotstore_bin():
+    if os.environ.get("HOTSTORE_BIN"):
+        return os.environ["HOTSTORE_BIN"]
+    found = shutil.which("hotstore")
+    if found:
+        return found
+    targets = [os.environ.get("CARGO_TARGET_DIR"), os.path.join(ROOT, "target")]
+    for t in filter(None, targets):
+        for profile in ("release", "debug"):
+            p = os.path.join(t, profile, "hotstore")
+            if os.access(p, os.X_OK):
+                return p
+    return None
+
+
+class Server:
+    """``hotstore serve --port 0`` on a fresh store; ``stop()`` sends SIGTERM (exit 0)."""
+
+    def __init__(self, binary, *extra):
+        self.dir = tempfile.mkdtemp(prefix="hotstore-client-review-", dir=SHM)
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--dir", os.path.join(self.dir, "store"), "--port", "0", *extra],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        self.log = []
+        found = threading.Event()
+        self.port = None
+
+        def drain():
+            for raw in self.proc.stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                self.log.append(line)
+                addr = line.strip().removeprefix("hotstore: listening on ")
+                if addr != line.strip() and not addr.startswith("unix:") and self.port is None:
+                    self.port = int(addr.rsplit(":", 1)[1])
+                    found.set()
+
+        self.reader = threading.Thread(target=drain, daemon=True)
+        self.reader.start()
+        if not found.wait(HANG_S):
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError("hotstore serve did not start:\n" + "\n".join(self.log))
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(HANG_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            code = None
+        self.reader.join(HANG_S)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        assert code == 0, f"hotstore serve exited with {code} on SIGTERM:\n" + "\n".join(self.log)
+
+
+@pytest.fixture(scope="module")
+def server():
+    binary = hotstore_bin()
+    if binary is None:
+        pytest.skip("no hotstore binary: set HOTSTORE_BIN (cargo build --release -p hotstore-cli)")
+    s = Server(binary)
+    yield s
+    s.stop()
+
+
+_runs = iter(range(1 + os.getpid() % 1000 * 1000, 1_000_000))
+
+
+def seal_one(port):
+    """Makes one event READY (a fragment, sealed); returns its run."""
+    run = next(_runs)
+    with HotstoreClient("127.0.0.1", port, socket_timeout=HANG_S) as p:
+        p.frag_put(run, 1, 0, 0, b"x")
+        p.event_seal(run, 1)
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# No silent retry
+# --------------------------------------------------------------------------------------------
+
+
+def parse_command(buf):
+    """One RESP array of bulk strings from the front of buf: (args, rest), or (None, buf)."""
+    if not buf.startswith(b"*") or b"\r\n" not in buf:
+        return None, buf
+    head, rest = buf.split(b"\r\n", 1)
+    args = []
+    for _ in range(int(head[1:])):
+        if b"\r\n" not in rest:
+            return None, buf
+        h, rest = rest.split(b"\r\n", 1)
+        n = int(h[1:])
+        if len(rest) < n + 2:
+            return None, buf
+        args.append(rest[:n])
+        rest = rest[n + 2 :]
+    return args, rest
+
+
+class SlowWriteServer:
+    """A fake hotstore: answers anything but `command` with +OK (redis-py's handshake),
+    counts the `command`s it gets over all connections, never answers the first (a group
+    commit longer than the client's socket_timeout) and answers a later one with `again`
+    (what the real server answers to a repeat of a write that took effect)."""
+
+    def __init__(self, command, again):
+        self.command = command
+        self.again = again
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.count = 0
+        self.connections = 0
+        self.conns = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.connections += 1
+                self.conns.append(c)
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def serve(self, c):
+        buf = b""
+        while True:
+            try:
+                data = c.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            buf += data
+            while True:
+                cmd, buf = parse_command(buf)
+                if cmd is None:
+                    break
+                if cmd[0].upper() != self.command:
+                    c.sendall(b"+OK\r\n")
+                    continue
+                with self.lock:
+                    self.count += 1
+                    n = self.count
+                if n > 1:
+                    c.sendall(self.again)
+
+    def close(self):
+        self.sock.close()
+        with self.lock:
+            for c in self.conns:
+                try:
+                    c.close()
+                except OSError:
+                    pass
+
+
+@pytest.mark.parametrize(
+    "command,again,call",
+    [
+        (
+            b"EVENT.ACK",
+            b"-ACKED event 1:42 was already acknowledged\r\n",
+            lambda hs: hs.event_ack("00000001000000000000002a:1", remove=True),
+        ),
+        (
+            b"FRAG.PUT",
+            b"+OK\r\n",
+            lambda hs: hs.frag_put(1, 42, 0, 0, b"v", durability="persisted"),
+        ),
+    ],
+    ids=["event_ack", "frag_put_persisted"],
+)
+def test_a_timed_out_write_is_reported_not_sent_again(command, again, call):
+    srv = SlowWriteServer(command, again)
+    hs = HotstoreClient("127.0.0.1", srv.port, socket_timeout=0.5)
+    try:
+        with pytest.raises(redis.exceptions.TimeoutError):
+            call(hs)
+        assert srv.count == 1, f"{command.decode()} was sent {srv.count} times"
+        assert srv.connections == 1, f"the client connected {srv.connections} times"
+    finally:
+        hs.close()
+        srv.close()
+
+
+def test_a_callers_retry_still_applies():
+    """redis_kwargs override the default: a caller may ask for redis-py's retries."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    srv = SlowWriteServer(b"EVENT.ACK", b"+OK\r\n")
+    hs = HotstoreClient("127.0.0.1", srv.port, socket_timeout=0.5, retry=Retry(NoBackoff(), 1))
+    try:
+        hs.event_ack("00000001000000000000002a:1", remove=True)  # answered the second time
+        assert srv.count == 2
+    finally:
+        hs.close()
+        srv.close()
+
+
+# --------------------------------------------------------------------------------------------
+# A blocking EVENT.NEXT waits longer than socket_timeout
+# --------------------------------------------------------------------------------------------
+
+
+def next_one(hs, many, **kw):
+    if many:
+        got = hs.event_next_many(10, **kw)
+        assert len(got) <= 1
+        return got[0] if got else None
+    return hs.event_next(**kw)
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["event_next", "event_next_many"])
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_block_longer_than_socket_timeout(server, many, protocol):
+    """Nothing is READY: the server answers nil after BLOCK 5000, more than the socket's
+    timeout of 3 s (the widened read waits socket_timeout + 5 s: 3 s of slack for a busy
+    machine)."""
+    hs = HotstoreClient("127.0.0.1", server.port, protocol=protocol, socket_timeout=3.0)
+    try:
+        sock = hs.redis.connection._sock
+        t0 = time.monotonic()
+        assert next_one(hs, many, lease_ms=1000, block_ms=5000) is None
+        assert time.monotonic() - t0 >= 4.9
+        # The same connection, its socket's timeout back to socket_timeout.
+        assert hs.redis.connection._sock is sock and sock.gettimeout() == 3.0
+        assert hs.ping()
+        assert hs.redis.connection._sock is sock
+    finally:
+        hs.close()
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["event_next", "event_next_many"])
+def test_block_0_waits_for_the_event_however_long(server, many):
+    """block_ms=0 waits forever: no read timeout for that call. An event made READY 2 s
+    later (4 times socket_timeout) is claimed, in one wait on the client's connection."""
+    hs = HotstoreClient("127.0.0.1", server.port, socket_timeout=0.5)
+    runs = []
+    timer = threading.Timer(2.0, lambda: runs.append(seal_one(server.port)))
+    try:
+        sock = hs.redis.connection._sock
+        timer.start()
+        ev = next_one(hs, many, lease_ms=60000, block_ms=0)
+        timer.join()
+        assert ev is not None and (ev.run, ev.event) == (runs[0], 1)
+        assert hs.redis.connection._sock is sock, "the wait went on on another connection"
+        assert sock.gettimeout() == 0.5
+        hs.event_ack(ev.token, remove=True)
+    finally:
+        timer.cancel()
+        hs.close()
+
+
+def test_a_blocking_next_keeps_the_claims_held(server):
+    """A consumer holds a claim, then waits for the next event with a BLOCK longer than its
+    socket_timeout: the wait used to time out and redis-py reconnected (its default Retry),
+    which gave the held claim back to READY: its ack then failed with ClaimLostError."""
+    run = seal_one(server.port)
+    # BLOCK 4000 against a 3 s socket_timeout: the widened read leaves 3 s of slack.
+    hs = HotstoreClient("127.0.0.1", server.port, socket_timeout=3.0)
+    try:
+        while True:
+            ev = hs.event_next(lease_ms=60000)
+            assert ev is not None
+            if (ev.run, ev.event) == (run, 1):
+                break
+            hs.event_ack(ev.token, remove=True)  # left by a failed test
+        assert hs.event_next(lease_ms=60000, block_ms=4000) is None
+        hs.event_ack(ev.token, remove=True)  # the claim is still this connection's
+    finally:
+        hs.close()
