@@ -655,3 +655,30 @@ fn a_clean_reopen_reports_no_bad_header() {
         "no prepared file in this test: {r:?}"
     );
 }
+
+/// Fix (found in review): a damaged `reclaim.intent` (the segments a crash interrupted
+/// freeing) was read as an empty list, silently; Strict now refuses with the file named, and
+/// Salvage reports it and opens.
+#[test]
+fn a_damaged_reclaim_intent_is_reported_not_ignored() {
+    let (m, want) = sealed_store();
+    m.write_file("reclaim.intent", b"[12, 13").unwrap();
+    match open(&m, RecoveryMode::Strict) {
+        Err(Error::Corruption { file, .. }) => {
+            assert!(file.ends_with("reclaim.intent"), "{}", file.display())
+        }
+        Err(e) => panic!("wrong error {e}"),
+        Ok(_) => panic!("a damaged reclaim intent was ignored"),
+    }
+    let s = open(&m, RecoveryMode::Salvage).unwrap();
+    assert!(s
+        .recovery_report()
+        .bad_headers
+        .iter()
+        .any(|(p, _)| p.ends_with("reclaim.intent")));
+    assert_eq!(contents(&s), want);
+    drop(s);
+    // Reported once: the next open is clean.
+    let s = open(&m, RecoveryMode::Strict).unwrap();
+    assert_eq!(contents(&s), want);
+}

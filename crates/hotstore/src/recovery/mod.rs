@@ -320,12 +320,34 @@ pub fn recover<E: Send + Sync>(
         doomed: Vec::new(),
     };
     // Segments a group reclaim was freeing when the process stopped: free them now.
+    let mut damaged_intent = false;
     let intent: Vec<u64> = match tiers.first() {
-        Some(t) => t
-            .medium
-            .read_file(RECLAIM_INTENT)?
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default(),
+        Some(t) => match t.medium.read_file(RECLAIM_INTENT)? {
+            None => Vec::new(),
+            Some(b) => match serde_json::from_slice(&b) {
+                Ok(ids) => ids,
+                Err(e) => {
+                    // Fix (found in review): a damaged intent was read as none, silently:
+                    // segments of a half-freed group would then keep records whose
+                    // tombstones were freed, and removed keys could come back.
+                    let path = t.medium.path().join(RECLAIM_INTENT);
+                    let reason = format!(
+                        "the list of segments a crash interrupted freeing is damaged ({e}): \
+                         keys removed just before the crash may come back"
+                    );
+                    if mode == RecoveryMode::Strict {
+                        return Err(Error::Corruption {
+                            file: path,
+                            offset: 0,
+                            reason,
+                        });
+                    }
+                    report.bad_headers.push((path, reason));
+                    damaged_intent = true;
+                    Vec::new()
+                }
+            },
+        },
         None => Vec::new(),
     };
     for (tier, names) in tiers.iter().zip(&names) {
@@ -564,8 +586,9 @@ pub fn recover<E: Send + Sync>(
             segments.push(seg);
         }
     }
-    if !intent.is_empty() {
-        // Every listed segment now has a durable free header.
+    if !intent.is_empty() || damaged_intent {
+        // Every listed segment now has a durable free header (or Salvage reported the list
+        // damaged: it is of no use to the next open).
         tiers[0].medium.remove(RECLAIM_INTENT)?;
     }
     // The list names exactly the files kept: built here for a store that had none, without
