@@ -10,7 +10,7 @@ use crate::slot::{event_slot, event_tag};
 use crate::types::{Durability, Fragment, StatValue};
 use crate::Client;
 use redis::{Cmd, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// How many times a request redirected by `MOVED` is sent again (each time after reading the
 /// map anew) before it fails with [`Error::Redirects`].
@@ -73,6 +73,25 @@ fn addr_text(a: &Address) -> String {
         Address::Tcp { host, port } => format!("{host}:{port}"),
         Address::Unix(p) => p.display().to_string(),
     }
+}
+
+/// The address a `MOVED` names: `host:port`, the port after the last `:` so that an IPv6 host
+/// needs no brackets (`::1:7001`, as Redis writes it; `[::1]:7001` is read too). `None` if it
+/// has no port or no host.
+fn moved_address(target: &str) -> Option<Address> {
+    let (host, port) = target.rsplit_once(':')?;
+    let port = port.parse().ok()?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if host.is_empty() {
+        return None;
+    }
+    Some(Address::Tcp {
+        host: host.to_string(),
+        port,
+    })
 }
 
 /// Connects with `template`'s settings to a node's address.
@@ -198,9 +217,13 @@ impl ClusterClient {
     /// Reads the map again, asking `first` (e.g. the node a MOVED named) before the others.
     fn refresh_from(&mut self, first: Option<&str>) -> Result<()> {
         let mut candidates = Vec::new();
-        if let Some(a) = first {
+        // Fix (found in review): the target was read as a seed URL, and a MOVED names an IPv6
+        // node unbracketed (`::1:7001`, as Redis writes it), so `redis://::1:7001` did not
+        // parse and the `?` failed the request. A target that cannot be read is skipped (the
+        // known nodes and the seeds are asked), not a failure of the request.
+        if let Some(address) = first.and_then(moved_address) {
             let mut o = self.template.clone();
-            o.address = seed_options(a)?.address;
+            o.address = address;
             candidates.push(o);
         }
         for n in &self.map.nodes {
@@ -222,7 +245,10 @@ impl ClusterClient {
         self.conns.retain(|a, _| keep.contains(a));
         if let Some((addr, client)) = conn {
             if keep.contains(&addr) {
-                self.conns.entry(addr).or_insert(client);
+                // Fix (found in review): the connection just opened replaces a kept one, which
+                // may be stale (a map change restarts every node); `or_insert` kept the stale
+                // one and dropped the fresh one.
+                self.conns.insert(addr, client);
             }
         }
         Ok(())
@@ -403,7 +429,11 @@ impl ClusterClient {
         let mut pending: Vec<usize> = (0..n).collect();
         let mut last_moved = String::new();
         let mut redirects = 0usize;
-        let mut stale_retried = false;
+        // Fix (found in review): the nodes whose kept connection failed and was retried, by
+        // address (a refresh renumbers the nodes). One flag for the whole pipeline retried only
+        // the first stale node: after every node restarted with a new map, the commands a
+        // MOVED sent to a second node failed NodeDown on its stale connection, the node up.
+        let mut stale_retried: HashSet<String> = HashSet::new();
         let mut refresh = false;
         while !pending.is_empty() {
             if refresh {
@@ -422,6 +452,9 @@ impl ClusterClient {
             let mut moved = Vec::new();
             let mut stale = Vec::new();
             for lane in self.send_by_node(pipeline, by_node, window) {
+                let addr = self.map.nodes[lane.node].addr();
+                let may_retry = lane.kept && !stale_retried.contains(&addr);
+                let mut retried = false;
                 for (c, r) in lane.cmds.into_iter().zip(lane.out) {
                     match r {
                         Err(Error::Moved { addr, .. }) => {
@@ -429,14 +462,17 @@ impl ClusterClient {
                             moved.push(c);
                         }
                         // A kept connection that failed (the node restarted): once more.
-                        Err(Error::NodeDown { .. }) if lane.kept && !stale_retried => {
+                        Err(Error::NodeDown { .. }) if may_retry => {
+                            retried = true;
                             stale.push(c);
                         }
                         r => results[c] = Some(r),
                     }
                 }
+                if retried {
+                    stale_retried.insert(addr);
+                }
             }
-            stale_retried |= !stale.is_empty();
             if !moved.is_empty() {
                 if redirects == self.max_redirects {
                     for c in moved {
@@ -573,4 +609,28 @@ struct Lane {
     client: Option<Client>,
     /// The connection was kept from an earlier request (so it may be stale).
     kept: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moved_targets() {
+        let tcp = |h: &str, port| {
+            Some(Address::Tcp {
+                host: h.to_string(),
+                port,
+            })
+        };
+        assert_eq!(moved_address("10.0.0.1:7001"), tcp("10.0.0.1", 7001));
+        assert_eq!(moved_address("::1:7001"), tcp("::1", 7001));
+        assert_eq!(moved_address("[::1]:7001"), tcp("::1", 7001));
+        assert_eq!(moved_address("fe80::2:3:7002"), tcp("fe80::2:3", 7002));
+        assert_eq!(moved_address("node-a:7001"), tcp("node-a", 7001));
+        assert_eq!(moved_address("7001"), None);
+        assert_eq!(moved_address(":7001"), None);
+        assert_eq!(moved_address("host:"), None);
+        assert_eq!(moved_address("host:99999"), None);
+    }
 }

@@ -15,6 +15,13 @@ use std::time::{Duration, Instant};
 /// Most tokens in one `EVENT.ACK` (the server's limit).
 const MAX_ACK_TOKENS: usize = 10_000;
 
+/// Longest `BLOCK` of a round sent to more than one node. A round reads every node's reply,
+/// so it lasts as long as its slowest node: a claim made at once by one node waits, unread
+/// and its lease running, until the others answer. Blocking rounds are bounded to this and
+/// repeated until the caller's wait is over: an event is returned at most this late, and an
+/// idle consumer sends one request per node this often.
+const MAX_ROUND_BLOCK: Duration = Duration::from_millis(100);
+
 /// How a [`ClusterConsumer`] claims.
 #[derive(Debug, Clone)]
 pub struct ConsumerOptions {
@@ -128,8 +135,16 @@ impl NodeState {
 /// to every node at once (no waiting), and only if none had an event, one `EVENT.NEXT BLOCK
 /// t COUNT n` to every node at once, which returns as soon as the slowest node answered
 /// (an event, or its BLOCK time over): so every node is served each round, and an idle
-/// cluster is waited on, not polled. Acknowledgements and releases go to the node of the
-/// claim, on the connection that claimed it.
+/// cluster is waited on, not polled. In a cluster of more than one node, a blocking round
+/// blocks at most 100 ms and is repeated until an event comes or the caller's wait is over
+/// (so an event that comes to one node while the others stay empty is returned within
+/// 100 ms, also when waiting forever).
+/// Acknowledgements and releases go to the node of the claim, on the connection that
+/// claimed it.
+///
+/// A consumer keeps the nodes of the map it was built with: it does not follow a map change
+/// (a new epoch that adds, removes or moves nodes), so after one, build the consumers again
+/// ([`ClusterConsumer::new`] with a [`ClusterClient`] that read the new map).
 ///
 /// A node that fails is reported in [`ClusterConsumer::health`] (naming it and its slots)
 /// and left out of the rounds; it is reconnected in the background every
@@ -250,8 +265,9 @@ impl ClusterConsumer {
     }
 
     /// One round: up to [`ConsumerOptions::count`] claims from every node that has READY
-    /// events, or, if none has, those that come within `block` (`None`: answer at once).
-    /// Empty if none came. An error reply of a node (e.g. `-NOGROUP`) is returned after the
+    /// events, or, if none has, those that come within `block` (`None`: answer at once;
+    /// `Some(Duration::MAX)`: wait forever, but while every node is down, only until the
+    /// next reconnection is tried). Empty if none came. An error reply of a node (e.g. `-NOGROUP`) is returned after the
     /// round, and the claims of the other nodes with the next call.
     pub fn next_batch(&mut self, block: Option<Duration>) -> Result<Vec<ClusterClaim>> {
         if !self.buffered.is_empty() {
@@ -259,18 +275,50 @@ impl ClusterConsumer {
         }
         self.revive();
         let mut claims = self.round(None)?;
-        if claims.is_empty() {
-            if let Some(b) = block {
-                if self.nodes.iter().all(|n| n.client.is_none()) {
-                    // Nothing to wait on: wait for the next reconnection instead.
-                    let next = self.nodes.iter().map(|n| n.retry_at).min();
-                    let until = next.map_or(b, |t| t.saturating_duration_since(Instant::now()));
-                    std::thread::sleep(until.min(b).max(Duration::from_millis(1)));
-                    self.revive();
-                } else {
-                    claims = self.round(Some(b))?;
+        let Some(b) = block else {
+            return Ok(claims);
+        };
+        if !claims.is_empty() {
+            return Ok(claims);
+        }
+        // `None`: forever.
+        let deadline = if b == Duration::MAX {
+            None
+        } else {
+            Instant::now().checked_add(b)
+        };
+        let mut left = b;
+        loop {
+            if self.nodes.iter().all(|n| n.client.is_none()) {
+                // Nothing to wait on: wait for the next reconnection instead.
+                let next = self.nodes.iter().map(|n| n.retry_at).min();
+                let until = next.map_or(left, |t| t.saturating_duration_since(Instant::now()));
+                std::thread::sleep(until.min(left).max(Duration::from_millis(1)));
+                self.revive();
+                break;
+            }
+            if self.nodes.len() == 1 {
+                // One node: its reply is the only one to read, so it may block all the wait.
+                claims = self.round(Some(left))?;
+                break;
+            }
+            // Fix (found in review): every node was sent the whole wait (`BLOCK 0` for
+            // `Duration::MAX`) and the replies were read node by node, so an event claimed
+            // on one node stayed unread while another node stayed empty (forever for
+            // `BLOCK 0`, its lease running out). Rounds are bounded (MAX_ROUND_BLOCK) and
+            // repeated: every reply, and so every claim, is read within one round.
+            claims = self.round(Some(left.min(MAX_ROUND_BLOCK)))?;
+            if !claims.is_empty() {
+                break;
+            }
+            if let Some(d) = deadline {
+                left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
                 }
             }
+            // A node that came back joins the next round.
+            self.revive();
         }
         Ok(claims)
     }
