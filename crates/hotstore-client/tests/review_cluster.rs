@@ -1,4 +1,5 @@
-//! Review: cluster client bugs.
+//! Findings of a review of the cluster client (eighteenth session), each failing before its
+//! fix: a MOVED to an IPv6 node, a write after a cluster restart, a consumer waiting forever.
 #![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use hotstore_client::{event_slot, ClusterClient};
