@@ -68,35 +68,38 @@ fn read_command(r: &mut BufReader<TcpStream>) -> Option<Vec<Vec<u8>>> {
     Some(args)
 }
 
-/// A fake server that holds back the replies to puts 2 and 3 until the client sends
-/// its next command (so the client's response timeout always fires first), then sends them,
-/// late, followed by the reply to that command: `-FULL`.
-fn slow_server() -> u16 {
+/// A fake server on one connection: the `n`th `command` (from 1) is answered `answer(n)`,
+/// every other command `+OK`.
+fn fake_server(command: &'static [u8], answer: fn(usize) -> &'static [u8]) -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     std::thread::spawn(move || {
         let (s, _) = l.accept().unwrap();
         let mut w = s.try_clone().unwrap();
         let mut r = BufReader::new(s);
-        let mut puts = 0;
+        let mut n = 0;
         while let Some(cmd) = read_command(&mut r) {
-            if cmd[0].eq_ignore_ascii_case(b"FRAG.PUT") {
-                puts += 1;
-                match puts {
-                    1 => w.write_all(b"+OK\r\n").unwrap(),
-                    2 | 3 => {} // in the group commit: answered late
-                    _ => {
-                        // The late replies of puts 2 and 3 (stored), then this one's: refused.
-                        w.write_all(b"+OK\r\n+OK\r\n-FULL the store is full\r\n")
-                            .unwrap();
-                    }
-                }
+            if cmd[0].eq_ignore_ascii_case(command) {
+                n += 1;
+                w.write_all(answer(n)).unwrap();
             } else {
                 w.write_all(b"+OK\r\n").unwrap();
             }
         }
     });
     port
+}
+
+/// A fake server that holds back the replies to puts 2 and 3 until the client sends
+/// its next command (so the client's response timeout always fires first), then sends them,
+/// late, followed by the reply to that command: `-FULL`.
+fn slow_server() -> u16 {
+    fake_server(b"FRAG.PUT", |n| match n {
+        1 => b"+OK\r\n",
+        2 | 3 => b"", // in the group commit: answered late
+        // The late replies of puts 2 and 3 (stored), then this one's: refused.
+        _ => b"+OK\r\n+OK\r\n-FULL the store is full\r\n",
+    })
 }
 
 #[test]
@@ -131,27 +134,10 @@ fn a_timeout_inside_a_pipeline_does_not_shift_later_replies() {
 /// A fake server whose reply to the first FRAG.GET is malformed in its middle (a bulk string
 /// of 3 bytes not followed by CRLF but by `:7\r\n`); later FRAG.GETs are answered `hello`.
 fn malformed_server() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let (s, _) = l.accept().unwrap();
-        let mut w = s.try_clone().unwrap();
-        let mut r = BufReader::new(s);
-        let mut gets = 0;
-        while let Some(cmd) = read_command(&mut r) {
-            if cmd[0].eq_ignore_ascii_case(b"FRAG.GET") {
-                gets += 1;
-                if gets == 1 {
-                    w.write_all(b"$3\r\nabc:7\r\n").unwrap();
-                } else {
-                    w.write_all(b"$5\r\nhello\r\n").unwrap();
-                }
-            } else {
-                w.write_all(b"+OK\r\n").unwrap();
-            }
-        }
-    });
-    port
+    fake_server(b"FRAG.GET", |n| match n {
+        1 => b"$3\r\nabc:7\r\n",
+        _ => b"$5\r\nhello\r\n",
+    })
 }
 
 #[test]

@@ -1011,13 +1011,8 @@ mod tests {
         assert_eq!(tree.get(&Clash(1)), Some(&7));
     }
 
-    #[test]
-    fn appends_pack_leaves_full() {
-        let mut tree = BTree::new();
-        let n = 10_000u32;
-        for k in 0..n {
-            tree.insert(k, ());
-        }
+    /// The number of leaves of `tree`, walked in order.
+    fn leaf_count<V>(tree: &BTree<u32, V>) -> usize {
         let mut leaves = 0;
         let mut it = tree.iter();
         while it.leaf.is_some() {
@@ -1026,6 +1021,17 @@ mod tests {
                 break;
             }
         }
+        leaves
+    }
+
+    #[test]
+    fn appends_pack_leaves_full() {
+        let mut tree = BTree::new();
+        let n = 10_000u32;
+        for k in 0..n {
+            tree.insert(k, ());
+        }
+        let leaves = leaf_count(&tree);
         assert_eq!(leaves, (n as usize).div_ceil(LEAF_CAP));
     }
 
@@ -1045,14 +1051,7 @@ mod tests {
             tree.insert(k, ());
         }
         let total = LEAF_CAP + n as usize;
-        let mut leaves = 0;
-        let mut it = tree.iter();
-        while it.leaf.is_some() {
-            leaves += 1;
-            if !it.next_leaf() {
-                break;
-            }
-        }
+        let leaves = leaf_count(&tree);
         // Leaves split in the middle are at least half full.
         assert!(
             leaves <= total.div_ceil(LEAF_CAP / 2),
