@@ -314,10 +314,13 @@ fn check(a: CheckArgs) -> CliResult<ExitCode> {
             println!("[OK] {} nodes answer, {keys} keys in all.", views.len());
         }
     }
-    if errors.is_empty() {
+    if views.is_empty() && errors.is_empty() {
+        errors.push("no node to check: the map names none".into());
+    }
+    if let (true, Some((_, first))) = (errors.is_empty(), views.first()) {
         println!(
             "[OK] All nodes agree about the map (epoch {}).",
-            views[0].1.epoch
+            first.epoch
         );
         Ok(ExitCode::SUCCESS)
     } else {

@@ -165,9 +165,78 @@ impl Error {
         matches!(self, Error::Connection(_))
     }
 
+    /// True for a connection that timed out waiting for a reply.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Connection(e) if e.is_timeout())
+    }
+
     /// True if a cluster node could not be reached ([`Error::NodeDown`]).
     pub fn is_node_down(&self) -> bool {
         matches!(self, Error::NodeDown { .. })
+    }
+
+    /// The message of an error reply (the text after its code), if this is one.
+    fn reply_message(&self) -> Option<&str> {
+        match self {
+            Error::Full(m)
+            | Error::Late(m)
+            | Error::ClaimLost(m)
+            | Error::NoEvent(m)
+            | Error::Acked(m)
+            | Error::NoGroup(m)
+            | Error::NoAuth(m)
+            | Error::WrongPass(m)
+            | Error::StoreIo(m)
+            | Error::Request(m)
+            | Error::Server { message: m, .. } => Some(m),
+            _ => None,
+        }
+    }
+
+    /// This error as a cluster client reports it for node `addr`: an error reply keeps its
+    /// type and names the node in its message; other errors are unchanged.
+    pub(crate) fn on_node(self, addr: &str) -> Error {
+        match (self.code(), self.reply_message()) {
+            (Some(code), Some(message)) => {
+                Error::from_server_reply(code, &format!("node {addr}: {message}"))
+            }
+            _ => self,
+        }
+    }
+
+    /// A copy of this error, for a failure shared by several results (a refused batch): the
+    /// same type and text; a connection error, which cannot be copied, becomes
+    /// [`Error::Protocol`] with its text.
+    pub(crate) fn duplicate(&self) -> Error {
+        if let (Some(code), Some(message)) = (self.code(), self.reply_message()) {
+            return Error::from_server_reply(code, message);
+        }
+        match self {
+            Error::Moved { slot, addr } => Error::Moved {
+                slot: *slot,
+                addr: addr.clone(),
+            },
+            Error::NodeDown {
+                node,
+                slots,
+                reason,
+            } => Error::NodeDown {
+                node: node.clone(),
+                slots: slots.clone(),
+                reason: reason.clone(),
+            },
+            Error::NotCluster { node, message } => Error::NotCluster {
+                node: node.clone(),
+                message: message.clone(),
+            },
+            Error::Redirects { slot, tries, last } => Error::Redirects {
+                slot: *slot,
+                tries: *tries,
+                last: last.clone(),
+            },
+            Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+            other => Error::Protocol(other.to_string()),
+        }
     }
 
     pub(crate) fn protocol(what: impl Into<String>) -> Error {
@@ -204,5 +273,45 @@ impl From<RedisError> for Error {
 impl From<redis::ServerError> for Error {
     fn from(e: redis::ServerError) -> Error {
         Error::from_server_reply(e.code(), e.details().unwrap_or(""))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every typed error reply survives `on_node` and `duplicate` with its type (a cluster
+    /// consumer's rounds and batched acks report node errors through them).
+    #[test]
+    fn node_errors_keep_their_type() {
+        for code in [
+            "FULL",
+            "LATE",
+            "CLAIMLOST",
+            "NOEVENT",
+            "ACKED",
+            "NOGROUP",
+            "NOAUTH",
+            "WRONGPASS",
+            "IOERR",
+            "ERR",
+            "BUSY",
+        ] {
+            let e = Error::from_server_reply(code, "why").on_node("10.0.0.1:7001");
+            assert_eq!(e.code(), Some(code));
+            assert!(e.to_string().contains("node 10.0.0.1:7001: why"), "{e}");
+            let d = e.duplicate();
+            assert_eq!(d.code(), Some(code));
+            assert_eq!(d.to_string(), e.to_string());
+        }
+        let moved = Error::from_server_reply("MOVED", "12 10.0.0.2:7001").on_node("x");
+        assert!(matches!(moved.duplicate(), Error::Moved { slot: 12, .. }));
+        let down = Error::NodeDown {
+            node: "a".into(),
+            slots: "0-5".into(),
+            reason: "gone".into(),
+        };
+        assert_eq!(down.duplicate().to_string(), down.to_string());
+        assert!(down.on_node("a").is_node_down());
     }
 }

@@ -65,7 +65,7 @@ mod types;
 pub use blocking::Client;
 pub use cluster::{
     ClusterClaim, ClusterClient, ClusterConsumer, ClusterPipeline, ConsumerOptions, NodeHealth,
-    NodeInfo, DEFAULT_MAX_REDIRECTS,
+    NodeInfo, DEFAULT_MAX_REDIRECTS, DEFAULT_NODE_RESPONSE_TIMEOUT,
 };
 pub use error::{Error, Result};
 pub use nonblocking::AsyncClient;

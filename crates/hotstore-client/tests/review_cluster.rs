@@ -1,5 +1,6 @@
-//! Findings of a review of the cluster client (eighteenth session), each failing before its
-//! fix: a MOVED to an IPv6 node, a write after a cluster restart, a consumer waiting forever.
+//! Findings of reviews of the cluster client, each failing before its fix: a MOVED to an IPv6
+//! node, a write after a cluster restart, a consumer waiting forever (eighteenth session); a
+//! node's typed error reply in a consumer's round, a timed-out request sent again (nineteenth).
 #![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use hotstore_client::{event_slot, ClusterClient};
@@ -166,4 +167,106 @@ fn a_consumer_waiting_forever_returns_an_event_of_any_node() {
             map.owner(event_slot(9, 1)).addr()
         ),
     }
+}
+
+/// A consumer whose group does not exist: each node answers `-NOGROUP`, which the consumer
+/// reported as `Error::Server` (code and text), not `Error::NoGroup`, so a caller matching
+/// the typed error (to create the group and retry) never saw it.
+#[test]
+fn a_consumer_keeps_the_type_of_a_nodes_error_reply() {
+    use hotstore_client::{ClusterConsumer, ConsumerOptions, Error};
+    let dir = tempfile::tempdir().unwrap();
+    let addrs: Vec<(String, u16)> = free_ports("127.0.0.1", 2)
+        .into_iter()
+        .map(|p| ("127.0.0.1".to_string(), p))
+        .collect();
+    let map = ClusterMap::even(1, &addrs).unwrap();
+    let path = dir.path().join("cluster.toml");
+    std::fs::write(&path, map.to_toml()).unwrap();
+    let _nodes: Vec<ServerHandle> = map
+        .nodes
+        .iter()
+        .map(|n| spawn(node_config(dir.path(), &path, n)).unwrap())
+        .collect();
+    let seed = format!("redis://{}", map.nodes[0].addr());
+    let cl = ClusterClient::connect(&[seed.as_str()]).unwrap();
+    let opts = ConsumerOptions {
+        group: Some("no-such-group".into()),
+        ..ConsumerOptions::default()
+    };
+    let mut con = ClusterConsumer::new(&cl, opts).unwrap();
+    match con.next(None) {
+        Err(Error::NoGroup(m)) => assert!(m.contains("node 127.0.0.1:"), "{m}"),
+        other => panic!("expected NoGroup naming the node, got {other:?}"),
+    }
+}
+
+/// Reads one RESP command (an array of bulk strings) as its words.
+fn read_command(r: &mut impl std::io::BufRead) -> Option<Vec<String>> {
+    let mut line = String::new();
+    r.read_line(&mut line).ok().filter(|&n| n > 0)?;
+    let n: usize = line.trim().strip_prefix('*')?.parse().ok()?;
+    let mut words = Vec::with_capacity(n);
+    for _ in 0..n {
+        line.clear();
+        r.read_line(&mut line).ok()?;
+        let len: usize = line.trim().strip_prefix('$')?.parse().ok()?;
+        let mut buf = vec![0u8; len + 2];
+        r.read_exact(&mut buf).ok()?;
+        words.push(String::from_utf8_lossy(&buf[..len]).into_owned());
+    }
+    Some(words)
+}
+
+/// A node that stops answering (a stopped process) without closing its connection: its
+/// request times out and fails NodeDown, and is not sent again on a new connection (which
+/// doubled the caller's wait). The fake node serves the map and then never answers FRAG.PUT.
+#[test]
+fn a_request_that_timed_out_is_not_sent_again() {
+    use hotstore_client::{ConnectOptions, Error};
+    use std::io::{BufReader, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let puts = Arc::new(AtomicUsize::new(0));
+    let seen = puts.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut w = stream.try_clone().unwrap();
+                let mut r = BufReader::new(stream);
+                while let Some(cmd) = read_command(&mut r) {
+                    let reply = match cmd[0].to_ascii_uppercase().as_str() {
+                        "CLUSTER" => format!(
+                            "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:{port}\r\n$4\r\nnode\r\n"
+                        ),
+                        "FRAG.PUT" => {
+                            seen.fetch_add(1, Ordering::SeqCst);
+                            continue; // never answered
+                        }
+                        _ => "+OK\r\n".to_string(),
+                    };
+                    if w.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let seed =
+        ConnectOptions::tcp("127.0.0.1", port).response_timeout(Some(Duration::from_millis(300)));
+    let mut cl = ClusterClient::connect_with(vec![seed]).unwrap();
+    match cl.frag_put(1, 2, 0, 0, b"x", None) {
+        Err(Error::NodeDown { .. }) => {}
+        other => panic!("expected NodeDown, got {other:?}"),
+    }
+    assert_eq!(
+        puts.load(Ordering::SeqCst),
+        1,
+        "the timed-out FRAG.PUT was sent again"
+    );
 }

@@ -270,6 +270,16 @@ fn bad_maps_and_wrong_nodes_are_refused_at_start() {
     std::fs::write(&path, old.to_toml()).unwrap();
     let e = start_err(&path, &store, ports[0], None);
     assert!(e.contains("last served epoch 2"), "{e}");
+    // A garbled epoch is damage, not epoch 0 (which let any older map be served and
+    // rewrote the file; found in review, nineteenth session).
+    let node_file = store.join(hotstore_server::cluster::NODE_FILE);
+    let text = std::fs::read_to_string(&node_file).unwrap();
+    std::fs::write(&node_file, text.replace("epoch 2", "epoch 2x")).unwrap();
+    let e = start_err(&path, &store, ports[0], None);
+    assert!(e.contains("is damaged"), "{e}");
+    assert!(std::fs::read_to_string(&node_file)
+        .unwrap()
+        .contains("epoch 2x"));
     // Port 0 cannot be a node's address.
     let e = start_err(&path, &store, 0, None);
     assert!(e.contains("fixed --port"), "{e}");

@@ -11,6 +11,7 @@ use crate::types::{Durability, Fragment, StatValue};
 use crate::Client;
 use redis::{Cmd, Value};
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 /// How many times a request redirected by `MOVED` is sent again (each time after reading the
 /// map anew) before it fails with [`Error::Redirects`].
@@ -60,12 +61,20 @@ impl std::fmt::Debug for ClusterClient {
 }
 
 /// Options from a seed: a URL (`redis://host:port`, credentials allowed) or `host:port`.
+/// How long a cluster client built from addresses ([`ClusterClient::connect`]) waits for a
+/// node's reply before it takes the node as down (30 s, as a [`crate::ClusterConsumer`]).
+/// Without it one node that stops answering (a stopped process, a lost route) held every
+/// request of the client forever, not only its own slots'.
+pub const DEFAULT_NODE_RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The options of a seed given as a URL or `host:port`, with the cluster's response timeout.
 pub(crate) fn seed_options(seed: &str) -> Result<ConnectOptions> {
-    if seed.contains("://") {
+    let opts = if seed.contains("://") {
         ConnectOptions::from_url(seed)
     } else {
         ConnectOptions::from_url(&format!("redis://{seed}"))
-    }
+    }?;
+    Ok(opts.response_timeout(Some(DEFAULT_NODE_RESPONSE_TIMEOUT)))
 }
 
 fn addr_text(a: &Address) -> String {
@@ -150,7 +159,9 @@ fn read_map(candidates: &[ConnectOptions]) -> Result<(SlotMap, Option<(String, C
 impl ClusterClient {
     /// Connects to the cluster that `seeds` belong to: each a URL (`redis://[:password@]host:
     /// port`) or `host:port`. The map is read from the first seed that answers; the
-    /// credentials of the first seed are used for every node. [`Error::NotCluster`] if a seed
+    /// credentials of the first seed are used for every node. A node whose reply takes longer
+    /// than [`DEFAULT_NODE_RESPONSE_TIMEOUT`] is taken as down (use
+    /// [`ClusterClient::connect_with`] for other timeouts). [`Error::NotCluster`] if a seed
     /// is not a cluster node or none answers.
     pub fn connect<S: AsRef<str>>(seeds: &[S]) -> Result<Self> {
         let opts = seeds
@@ -273,13 +284,14 @@ impl ClusterClient {
 
     /// Sends `cmd` to node `i`: a failed connection is dropped and reported as NodeDown. A
     /// connection kept from before that fails (the node restarted) is replaced once: every
-    /// command of the protocol may be sent again.
+    /// command of the protocol may be sent again. One that timed out is not: the node is
+    /// alive but not answering, and a second try would double the caller's wait.
     fn request_node(&mut self, i: usize, cmd: &Cmd) -> Result<Value> {
         let addr = self.map.nodes[i].addr();
         let kept = self.conns.contains_key(&addr);
         let r = self.node_client(i)?.request(cmd);
         let r = match r {
-            Err(e) if e.is_connection() && kept => {
+            Err(e) if e.is_connection() && kept && !e.is_timeout() => {
                 self.conns.remove(&addr);
                 self.node_client(i)?.request(cmd)
             }
@@ -453,7 +465,7 @@ impl ClusterClient {
             let mut stale = Vec::new();
             for lane in self.send_by_node(pipeline, by_node, window) {
                 let addr = self.map.nodes[lane.node].addr();
-                let may_retry = lane.kept && !stale_retried.contains(&addr);
+                let may_retry = lane.kept && !lane.timed_out && !stale_retried.contains(&addr);
                 let mut retried = false;
                 for (c, r) in lane.cmds.into_iter().zip(lane.out) {
                     match r {
@@ -536,6 +548,7 @@ impl ClusterClient {
                     out,
                     client,
                     kept,
+                    timed_out: false,
                 }
             })
             .collect();
@@ -545,6 +558,7 @@ impl ClusterClient {
                 lane.out.push(Err(node_down(info, &reason)));
             }
             lane.client = None;
+            lane.timed_out = e.is_timeout();
         };
         loop {
             let mut busy = false;
@@ -609,11 +623,32 @@ struct Lane {
     client: Option<Client>,
     /// The connection was kept from an earlier request (so it may be stale).
     kept: bool,
+    /// It failed by timing out: the node is there but not answering, so its commands are
+    /// not sent again on a new connection (that doubled the caller's wait).
+    timed_out: bool,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found in review: seeds given as addresses had no response timeout, so one node that
+    /// stopped answering held every request of the client forever.
+    #[test]
+    fn seeds_given_as_addresses_get_the_cluster_response_timeout() {
+        for seed in [
+            "127.0.0.1:7001",
+            "redis://127.0.0.1:7001",
+            "redis://:pw@[::1]:7001",
+        ] {
+            let o = seed_options(seed).unwrap();
+            assert_eq!(
+                o.response_timeout,
+                Some(DEFAULT_NODE_RESPONSE_TIMEOUT),
+                "{seed}"
+            );
+        }
+    }
 
     #[test]
     fn moved_targets() {

@@ -423,10 +423,9 @@ impl ClusterConsumer {
                     }));
                 }
                 Err(e) => {
-                    first_err.get_or_insert(Error::Server {
-                        code: e.code().unwrap_or("ERR").to_string(),
-                        message: format!("node {}: {e}", node.addr),
-                    });
+                    // Fix (found in review): the error's type was lost (a missing group came
+                    // back as `Error::Server`, not `Error::NoGroup`).
+                    first_err.get_or_insert(e.on_node(&node.addr));
                 }
             }
         }
@@ -536,14 +535,11 @@ impl ClusterConsumer {
                     }
                 }
                 Err(e) => {
-                    let text = e.to_string();
-                    let down = e.is_node_down();
+                    // Fix (found in review): a refused batch (`-NOAUTH`, `-ERR`) came back
+                    // as `Error::Protocol` for each claim; each now gets the same typed error.
+                    let e = e.on_node(&self.nodes[node].addr);
                     for k in ks {
-                        results[k] = Some(Err(if down {
-                            node_down(&self.nodes[node].info, &text)
-                        } else {
-                            Error::Protocol(text.clone())
-                        }));
+                        results[k] = Some(Err(e.duplicate()));
                     }
                 }
             }

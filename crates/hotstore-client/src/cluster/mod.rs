@@ -9,7 +9,7 @@ mod consumer;
 mod map;
 mod pipeline;
 
-pub use client::{ClusterClient, DEFAULT_MAX_REDIRECTS};
+pub use client::{ClusterClient, DEFAULT_MAX_REDIRECTS, DEFAULT_NODE_RESPONSE_TIMEOUT};
 pub use consumer::{ClusterClaim, ClusterConsumer, ConsumerOptions, NodeHealth};
 pub use map::NodeInfo;
 pub use pipeline::ClusterPipeline;

@@ -127,15 +127,26 @@ impl Cluster {
         let me = self.myself();
         match std::fs::read_to_string(&path) {
             Ok(text) => {
-                let mut id = "";
-                let mut epoch = 0u64;
+                let mut id = None;
+                let mut epoch = None;
                 for line in text.lines() {
                     if let Some(v) = line.strip_prefix("id ") {
-                        id = v.trim();
+                        id = Some(v.trim());
                     } else if let Some(v) = line.strip_prefix("epoch ") {
-                        epoch = v.trim().parse().unwrap_or(0);
+                        epoch = v.trim().parse::<u64>().ok();
                     }
                 }
+                // Fix (found in review): an unreadable epoch was taken as 0 and the file
+                // rewritten, silently dropping the guard against serving an older map.
+                let (Some(id), Some(epoch)) = (id.filter(|i| !i.is_empty()), epoch) else {
+                    return Err(format!(
+                        "{} is damaged (it must hold `id <node id>` and `epoch <number>`): \
+                         the store's cluster identity is unknown. If this store is node {}'s, \
+                         remove the file and start again",
+                        path.display(),
+                        me.id
+                    ));
+                };
                 if id != me.id {
                     return Err(format!(
                         "the store in {} belongs to cluster node {id}, but this server was \
