@@ -66,9 +66,16 @@ pub struct MinidaqArgs {
     /// Skip the collectors' check of each fragment's pattern.
     #[arg(long)]
     no_verify: bool,
-    /// Store directory (default: a fresh temporary store, removed afterwards).
+    /// Store directory (default: a fresh temporary store, removed afterwards). A store that
+    /// holds keys is refused unless --reuse-store is given.
     #[arg(long)]
     store: Option<PathBuf>,
+    /// Run on a --store that already holds keys: the collectors claim, check and remove (or
+    /// keep, per --acceptance) every event in it, its own or not, and the store's event policy
+    /// is set to --detectors fragments per event. For a store minidaq itself filled (crash
+    /// tests); never for one holding data you need.
+    #[arg(long, requires = "store")]
+    reuse_store: bool,
     /// Durability of fragment writes and acknowledgements.
     #[arg(long, value_enum, default_value = "persisted")]
     durability: DurabilityArg,
@@ -150,6 +157,7 @@ pub fn run(a: MinidaqArgs) -> CliResult<ExitCode> {
     let sweep = a.sweep.as_deref().map(parse_sweep).transpose()?;
     let cfg = minidaq::Config {
         store: a.store,
+        reuse_store: a.reuse_store,
         durability: a.durability.into(),
         readout_threads: a.readout_threads as usize,
         collector_threads: a.collector_threads as usize,

@@ -147,6 +147,7 @@ fn minidaq(dir: &Path, log: &Path, duration: &str) -> Command {
         ])
         .arg("--store")
         .arg(dir)
+        .arg("--reuse-store")
         .arg("--ack-log")
         .arg(log)
         .stdout(Stdio::null())

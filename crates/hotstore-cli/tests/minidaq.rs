@@ -353,3 +353,44 @@ fn remote_cluster_run_spreads_events_over_the_nodes() {
     assert_eq!(j["events_collected"], 50, "{j}");
     drop(nodes);
 }
+
+/// Found by a new-user review (nineteenth session): `minidaq --store` on a store holding a
+/// user's events claimed them, called them integrity errors and removed them. A store that
+/// holds keys is now refused unless --reuse-store says so; the user's data is untouched.
+#[test]
+fn a_store_holding_data_is_refused_without_reuse_store() {
+    use hotstore::{Durability, FragmentKey, Store};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("prod");
+    let s = Store::builder(&dir).open().unwrap();
+    for e in 0..5u64 {
+        for d in 0..4u16 {
+            let k = FragmentKey::new(5, e, d, 0).to_bytes();
+            s.put(&k, b"user data", Durability::Persisted).unwrap();
+        }
+    }
+    s.close().unwrap();
+    let d = dir.to_str().unwrap();
+    let args = [
+        "--duration",
+        "0.3",
+        "--no-limit",
+        "--capacity",
+        "64MiB",
+        "--store",
+        d,
+    ];
+    let out = minidaq(&args);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("already holds 20 keys") && err.contains("--reuse-store"),
+        "{err}"
+    );
+    let s = Store::builder(&dir).open().unwrap();
+    assert_eq!(s.stats().entries, 20, "the user's fragments were touched");
+    s.close().unwrap();
+    // On purpose: the run consumes them (each an integrity error: not its pattern).
+    let out = minidaq(&[&args[..], &["--reuse-store"]].concat());
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}

@@ -160,6 +160,26 @@ impl Tier {
         (s.free.len(), s.ready.len())
     }
 
+    /// True if the file system that refused a file (`device_full`) has room for a few files
+    /// again (space freed by someone else). Fix (full-disk campaign on ext4): the flag was
+    /// cleared only when the store deleted a file of its own, so after another program freed
+    /// space the tier reported no room and made no ready files: each roll made its file on
+    /// the writer's path.
+    fn device_has_room_again(&self) -> bool {
+        self.medium
+            .free_space_bytes()
+            .is_some_and(|free| free >= 2 * self.segment_size as u64)
+    }
+
+    /// Clears `device_full` if the file system has room again (see `device_has_room_again`);
+    /// true if the device is still full.
+    fn still_device_full(&self, s: &mut TierState) -> bool {
+        if s.device_full && self.device_has_room_again() {
+            s.device_full = false;
+        }
+        s.device_full
+    }
+
     fn fits(&self, s: &TierState, len: usize) -> bool {
         self.capacity_bytes == 0 || s.used_bytes + len as u64 <= self.capacity_bytes
     }
@@ -171,7 +191,7 @@ impl Tier {
         let pooled = (s.free.len() + s.ready.len()) as u64 * self.segment_size as u64;
         let unallocated = if self.capacity_bytes > 0 {
             self.capacity_bytes.saturating_sub(s.used_bytes)
-        } else if s.device_full {
+        } else if s.device_full && !self.device_has_room_again() {
             0
         } else {
             // Unknown: assume room; a file that does not fit fails at creation (ENOSPC).
@@ -384,7 +404,7 @@ impl Tier {
         let slot = {
             let mut s = self.state.lock();
             let target = self.ready_target(&s) + if self.capacity_bytes == 0 { reserve } else { 0 };
-            if s.device_full
+            if self.still_device_full(&mut s)
                 || s.free.len() + s.ready.len() >= target
                 || !self.fits(&s, self.segment_size)
             {
@@ -439,7 +459,7 @@ impl Tier {
             let slot = {
                 let mut s = self.state.lock();
                 if s.free.len() + s.ready.len() >= want
-                    || s.device_full
+                    || self.still_device_full(&mut s)
                     || !self.fits(&s, self.segment_size)
                 {
                     return Ok(created);

@@ -47,6 +47,9 @@ pub enum Mode {
 pub struct Config {
     /// Store directory (`None`: a fresh, preallocated temporary store, removed afterwards).
     pub store: Option<PathBuf>,
+    /// Run on a `store` that already holds keys (its events are claimed, checked and
+    /// acknowledged with the run's own): refused without it.
+    pub reuse_store: bool,
     /// Durability of fragment writes and acknowledgements.
     pub durability: Durability,
     /// Readout threads.
@@ -467,6 +470,19 @@ fn open_store(cfg: &Config) -> Result<(Option<ScratchDir>, Store)> {
         b = b.preallocate_bytes(cfg.capacity);
     }
     let store = b.open()?;
+    // Fix (found by a new-user review): collectors claim every READY event of the store, so
+    // a run on a store holding someone's data claimed their events, counted them as
+    // integrity errors and removed them (and left its own event policy behind).
+    let held = store.stats().entries;
+    if tmp.is_none() && held > 0 && !cfg.reuse_store {
+        return Err(Error::Msg(format!(
+            "the store in {} already holds {held} keys: minidaq's collectors claim and remove \
+             every event they find, and its check would fail on events it did not write. Use a \
+             new or empty directory, or --reuse-store to consume them on purpose (a store \
+             minidaq itself filled, e.g. after a crash)",
+            dir.display()
+        )));
+    }
     Ok((tmp, store))
 }
 

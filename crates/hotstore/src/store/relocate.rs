@@ -114,6 +114,8 @@ const STOCK_CLEAN_DEAD_FRACTION: f64 = 0.5;
 const STOCK_CLEAN_MAX_LIVE_FRACTION: f64 = 0.5;
 /// Relocation steps one request for room may take before the answer is "full".
 const MAKE_ROOM_MAX_STEPS: usize = 256;
+/// Rounds of moves that leave the room no larger before a request for room gives up.
+const MAKE_ROOM_FRUITLESS_ROUNDS: usize = 2;
 /// Times a request for room retries a group whose member a writer held.
 const MAKE_ROOM_BUSY_RETRIES: usize = 8;
 
@@ -479,12 +481,15 @@ impl Inner {
     /// Room is measured, not inferred from a file coming back: relocation takes files too.
     pub(crate) fn make_room(&self, need: u64, for_removal: bool) -> bool {
         let has_room = |inner: &Inner| inner.tiers.iter().any(|t| t.room_bytes() >= need);
+        let room = |inner: &Inner| inner.tiers.iter().map(|t| t.room_bytes()).sum::<u64>();
         super::upkeep::reclaim_all(self);
         let mut busy_retries = 0;
+        let mut fruitless = 0;
         for _ in 0..MAKE_ROOM_MAX_STEPS {
             if has_room(self) || self.is_poisoned.load(Ordering::Acquire) {
                 break;
             }
+            let before = room(self);
             let (mut moved, mut busy) = (false, false);
             for tier in 0..self.tiers.len() {
                 let mut rule = self.cleaning_rule(tier, 1.0, true);
@@ -511,6 +516,16 @@ impl Inner {
                     continue;
                 }
                 break;
+            }
+            // Groups moved but the room did not grow (records that pack no tighter than they
+            // were, or writers taking it as fast): more rounds would copy data for nothing.
+            if room(self) <= before {
+                fruitless += 1;
+                if fruitless >= MAKE_ROOM_FRUITLESS_ROUNDS {
+                    break;
+                }
+            } else {
+                fruitless = 0;
             }
         }
         has_room(self)
