@@ -142,8 +142,46 @@ pub fn path_of(store_dir: &Path, id: u32) -> PathBuf {
     dir_of(store_dir).join(format!("rec-{id:06}.json"))
 }
 
-/// Writes `m` atomically and durably.
+/// A file of zeros beside the manifests, given up when the file system is full so that the
+/// final manifests can still be written (the store fills the device it shares with them).
+pub const SPACE_RESERVE: &str = ".space-reserve";
+/// Its size: hundreds of manifest writes.
+const SPACE_RESERVE_BYTES: usize = 1 << 20;
+
+/// Makes sure the manifests' space reserve exists (at a recorder's start). Best effort: a
+/// file system already too full for it is not an error here.
+pub fn reserve_space(store_dir: &Path) {
+    let dir = dir_of(store_dir);
+    let path = dir.join(SPACE_RESERVE);
+    let ok = fs::metadata(&path).is_ok_and(|m| m.len() == SPACE_RESERVE_BYTES as u64);
+    if !ok {
+        let made = fs::create_dir_all(&dir)
+            .and_then(|()| fs::write(&path, vec![0u8; SPACE_RESERVE_BYTES]))
+            .and_then(|()| fs::File::open(&path)?.sync_all());
+        if made.is_err() {
+            let _ = fs::remove_file(&path);
+        }
+    }
+}
+
+/// Writes `m` atomically and durably. On a full file system the space reserve (see
+/// [`reserve_space`]) is given up and the write tried once more. Fix (full-disk campaign on
+/// ext4): a recorder whose store filled the device failed its final manifest with ENOSPC, so
+/// the recording stayed `recording` (and a `.tmp` file was left), where a full store closes
+/// it lossy with a report.
 pub fn write(store_dir: &Path, m: &Manifest) -> Result<()> {
+    match write_once(store_dir, m) {
+        Err(RecorderError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::StorageFull
+                && fs::remove_file(dir_of(store_dir).join(SPACE_RESERVE)).is_ok() =>
+        {
+            write_once(store_dir, m)
+        }
+        r => r,
+    }
+}
+
+fn write_once(store_dir: &Path, m: &Manifest) -> Result<()> {
     let dir = dir_of(store_dir);
     let io = |what: &'static str, p: &Path| {
         let p = p.to_path_buf();
@@ -158,11 +196,17 @@ pub fn write(store_dir: &Path, m: &Manifest) -> Result<()> {
     let tmp = path.with_extension("json.tmp");
     let body = serde_json::to_vec_pretty(m)
         .expect("a manifest holds only strings, numbers and lists: serialising cannot fail");
-    let mut f = fs::File::create(&tmp).map_err(io("create", &tmp))?;
-    f.write_all(&body).map_err(io("write", &tmp))?;
-    f.sync_all().map_err(io("fsync", &tmp))?;
-    drop(f);
-    fs::rename(&tmp, &path).map_err(io("rename", &path))?;
+    let written = fs::File::create(&tmp)
+        .map_err(io("create", &tmp))
+        .and_then(|mut f| {
+            f.write_all(&body).map_err(io("write", &tmp))?;
+            f.sync_all().map_err(io("fsync", &tmp))
+        })
+        .and_then(|()| fs::rename(&tmp, &path).map_err(io("rename", &path)));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
     fs::File::open(&dir)
         .and_then(|d| d.sync_all())
         .map_err(io("fsync", &dir))?;

@@ -335,6 +335,7 @@ impl Recorder {
         cfg.validate()?;
         let capacity = cfg.ring_bytes_per_link / cfg.frame_len as u64;
         let next_id = manifest::list(store.dir())?.last().map_or(1, |l| l + 1);
+        manifest::reserve_space(store.dir());
         let links = cfg.links as usize;
         let inner = Arc::new(Inner {
             rings: (0..links)
