@@ -78,24 +78,25 @@ pub fn verify_dir(dir: &Path) -> Result<VerifyReport> {
             let Some(slot) = segment::parse_file_name(&name) else {
                 continue;
             };
-            let region = medium.open_region(&name)?;
-            let file = region.path().clone();
+            // Read, not mapped for writing: a verifier must work on a store it may not
+            // write (an archived copy, a monitoring user). Fix (found by a new-user review):
+            // segments were opened read-write and a read-only store could not be verified.
+            let file = path.join(&name);
+            let bytes = std::fs::read(&file).map_err(|e| Error::io("read segment", &file, e))?;
             if let Some(&want) = listed.as_ref().and_then(|l| l.get(&slot)) {
-                if want != region.len() as u64 {
+                if want != bytes.len() as u64 {
                     report.damage.push(Damage {
                         file: file.clone(),
                         offset: 0,
                         len: want,
                         what: format!(
                             "the file has {} bytes, the store's list of files says {want}",
-                            region.len()
+                            bytes.len()
                         ),
                     });
                 }
             }
-            // Safety: read-only use of our own mapping while it lives.
-            let bytes =
-                unsafe { std::slice::from_raw_parts(region.as_ptr() as *const u8, region.len()) };
+            let bytes = &bytes[..];
             let header = match SegmentHeader::decode(bytes) {
                 Ok(h) if h.id == 0 => {
                     report.segments_free += 1;

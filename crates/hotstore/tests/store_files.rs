@@ -313,3 +313,52 @@ fn a_listed_file_cut_behind_the_stores_back_is_refused() {
         .iter()
         .any(|(p, _)| *p == victim));
 }
+
+/// Found by a new-user review (nineteenth session): `verify` opened every segment for
+/// writing, so a store the caller may only read (an archived copy, a monitoring user) could
+/// not be verified. Checked on a read-only bind mount (root is refused writes there too);
+/// skipped with a note where mounting is not allowed.
+#[test]
+fn verify_reads_a_read_only_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    let s = Store::builder(&dir).open().unwrap();
+    for i in 0..100u64 {
+        s.put(&i.to_be_bytes(), &[7u8; 3000], Durability::Persisted)
+            .unwrap();
+    }
+    s.close().unwrap();
+    let ro = tmp.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new("mount")
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !run(&["--bind", dir.to_str().unwrap(), ro.to_str().unwrap()]) {
+        eprintln!("NOTE: skipped: bind mount not allowed");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _u = Unmount(ro.clone());
+    assert!(
+        run(&["-o", "remount,ro,bind", ro.to_str().unwrap()]),
+        "remount read-only"
+    );
+    assert!(
+        std::fs::write(ro.join("probe"), b"x").is_err(),
+        "the mount is writable"
+    );
+    let report = verify_dir(&ro).unwrap();
+    assert!(report.is_intact(), "{:?}", report.damage);
+    assert_eq!(report.records_checked, 100);
+}
