@@ -211,6 +211,18 @@ pub fn run(a: ServeArgs) -> CliResult<()> {
                 t.power_safety()
             );
         }
+        // What a bounded store promises, bounded by its file systems (a capacity larger than
+        // the file system is not what the user will get: say so at start, not at the first
+        // StoreFull).
+        if s.guaranteed_live_bytes > 0 {
+            let capacity: u64 = s.tiers.iter().map(|t| t.capacity_bytes).sum();
+            let _ = writeln!(
+                out,
+                "hotstore: capacity {capacity} bytes: writes never find it full while live data \
+                 is at most {} bytes",
+                s.guaranteed_live_bytes
+            );
+        }
     }
     if let Some(addr) = server.metrics_addr() {
         let _ = writeln!(out, "hotstore: metrics on {addr}");

@@ -362,3 +362,60 @@ fn a_device_with_room_again_gets_ready_files_again() {
         "after",
     );
 }
+
+/// Found in a full-disk campaign (nineteenth session): on a tier bounded by its device the
+/// reserve was 16 MiB in `stats()` and 9 MiB in the StoreFull message. One figure now.
+#[test]
+fn store_full_names_the_reserve_stats_report() {
+    for limit in [Limit::Device, Limit::Tier] {
+        let m = FaultMedium::new("full-reserve");
+        let s = open(&m, limit, 1);
+        let (_, err) = fill(&s, 0, Durability::Memory);
+        match err {
+            Error::StoreFull { reserve_bytes, .. } => {
+                assert_eq!(reserve_bytes, s.stats().reserve_bytes, "{limit:?}")
+            }
+            e => panic!("{limit:?}: {e}"),
+        }
+    }
+}
+
+/// Found by a new-user review (nineteenth session): a capacity too small for one record
+/// opened, and every write answered StoreFull; a capacity larger than the file system was
+/// promised as guaranteed live bytes. The first is refused, the second bounded.
+#[test]
+fn capacities_a_store_cannot_have_are_refused_or_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Store::builder(dir.path().join("tiny"))
+        .tier(TierSpec::new(".").capacity_bytes(10_000))
+        .open()
+        .err()
+        .expect("a 10 kB store opened");
+    assert!(
+        matches!(
+            &e,
+            Error::InvalidOption {
+                name: "capacity",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("cannot hold a record"), "{e}");
+    let m = FaultMedium::new("small-device");
+    m.faults()
+        .capacity_bytes
+        .store(16 * SEGMENT_BYTES as u64, Ordering::SeqCst);
+    let s = Store::builder("/small")
+        .segment_size_bytes(SEGMENT_BYTES)
+        .media(vec![m.clone()])
+        .tier(TierSpec::new(".").capacity_bytes(1 << 30))
+        .open()
+        .unwrap();
+    let promised = s.stats().guaranteed_live_bytes;
+    assert!(
+        promised < 16 * SEGMENT_BYTES as u64,
+        "{promised} bytes promised on a device of {}",
+        16 * SEGMENT_BYTES
+    );
+}

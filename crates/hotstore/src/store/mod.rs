@@ -347,13 +347,7 @@ impl Inner {
                 last_error: self.relocator.last_error.lock().clone(),
             },
             written_bytes: self.lanes.iter().map(|l| l.0.lock().bytes).sum(),
-            // A tier bounded by its device holds the reserve back as whole pooled files.
-            reserve_bytes: if self.tiers.iter().all(|t| t.capacity_bytes > 0) {
-                self.put_reserve()
-            } else {
-                let seg = self.tiers[0].segment_size as u64;
-                self.put_reserve().div_ceil(seg) * seg
-            },
+            reserve_bytes: self.reserve_shown(),
             guaranteed_live_bytes: self.guaranteed_live_bytes(),
             layout: self.layout.to_string(),
             events: {

@@ -56,6 +56,7 @@ impl Store {
                         }
                     }
                     if changed {
+                        check_capacity(&meta.tiers, meta.segment_size_bytes)?;
                         meta.store(&*root)?;
                     }
                 }
@@ -71,7 +72,7 @@ impl Store {
                 } else {
                     options.tiers.clone()
                 };
-                let tiers = specs
+                let tiers: Vec<TierMeta> = specs
                     .iter()
                     .enumerate()
                     .map(|(i, t)| {
@@ -111,6 +112,7 @@ impl Store {
                     }
                     _ => options.segment_size_bytes,
                 };
+                check_capacity(&tiers, segment_size as u64)?;
                 let meta = Meta {
                     format_version: FORMAT_VERSION,
                     layout: options.layout.clone().unwrap_or_default().to_string(),
@@ -353,6 +355,29 @@ fn resolve(dir: &Path, p: &Path) -> PathBuf {
 /// file system and of its capacity: the stock of prepared segments and the reserve (a few
 /// segments each) must fit beside the data.
 const FREE_SPACE_PER_SEGMENT: u64 = 16;
+
+/// Refuses a bounded store too small to hold a record: every tier bounded and their total
+/// below two segment files (one for data, the relocation reserve) and a removal file. Fix
+/// (found by a new-user review): `serve --capacity 10kb` started, and answered every write
+/// with StoreFull.
+fn check_capacity(tiers: &[TierMeta], segment_size: u64) -> Result<()> {
+    if tiers.iter().any(|t| t.capacity_bytes == 0) {
+        return Ok(());
+    }
+    let capacity: u64 = tiers.iter().map(|t| t.capacity_bytes).sum();
+    let least = 2 * segment_size + super::lanes::removal_file_len(segment_size as usize) as u64;
+    if capacity < least {
+        return Err(Error::InvalidOption {
+            name: "capacity",
+            reason: format!(
+                "{capacity} bytes cannot hold a record: a store needs at least {least} (a \
+                 segment file of {segment_size} bytes for data, one held back for relocation, \
+                 and a removal file); give a larger capacity"
+            ),
+        });
+    }
+    Ok(())
+}
 
 /// The segment size for a new store: `wanted`, or on a small file system (Docker's 64 MiB
 /// /dev/shm) the largest power of two that is at most 1/[`FREE_SPACE_PER_SEGMENT`] of its
