@@ -18,7 +18,8 @@ use std::time::Duration;
 /// ack log says are present from earlier runs, and stress keys in the store the log never
 /// mentions (a put in flight, never acknowledged, when an earlier run was killed), are shared
 /// out among the threads and reused, so a store can be killed and restarted any number of
-/// times. When the store is full, a thread
+/// times. A store holding keys stress did not write (by their key and value shapes) is
+/// refused, untouched: run it on a store of its own. When the store is full, a thread
 /// removes the oldest quarter of its keys and continues. With --long-lived N, N keys are
 /// written first and left alone until the end of the run, where they are read back.
 ///

@@ -697,3 +697,49 @@ fn options_mean_the_same_everywhere_and_errors_name_them() {
     assert_eq!(code(&o), 2);
     assert!(stderr(&o).contains("0..=255"), "{}", stderr(&o));
 }
+
+/// Found by a new-user review (nineteenth session): `stress` took every 16-byte key for one of
+/// its own, so on a store holding a user's fragments it overwrote and removed them. Keys whose
+/// values stress did not write now refuse the store, untouched; a store stress filled itself is
+/// still taken over (its orphans adopted).
+#[test]
+fn stress_refuses_a_store_holding_data_it_did_not_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("prod");
+    let s = Store::builder(&dir).open().unwrap();
+    for e in 0..10u64 {
+        let k = FragmentKey::new(6, e, 0, 0).to_bytes();
+        s.put(
+            &k,
+            b"detector data, not a stress value",
+            Durability::Persisted,
+        )
+        .unwrap();
+    }
+    s.close().unwrap();
+    let log = tmp.path().join("acks.log");
+    let o = hotstore(&["stress", p(&dir), "--duration", "0.3", "--ack-log", p(&log)]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("10 keys stress did not write"),
+        "{}",
+        stderr(&o)
+    );
+    let s = Store::builder(&dir).open().unwrap();
+    assert_eq!(s.stats().entries, 10, "the user's keys were touched");
+    s.close().unwrap();
+    // A store of its own: a second run (a new log, so every key is an orphan) takes it over.
+    let own = tmp.path().join("own");
+    let o = hotstore(&["stress", p(&own), "--duration", "0.3", "--ack-log", p(&log)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let fresh_log = tmp.path().join("acks2.log");
+    let o = hotstore(&[
+        "stress",
+        p(&own),
+        "--duration",
+        "0.3",
+        "--ack-log",
+        p(&fresh_log),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}

@@ -99,6 +99,22 @@ pub fn fill_value(buf: &mut Vec<u8>, key: &[u8], len: usize, seed: u64) {
     }
 }
 
+/// True if `key`'s value in `store` is one stress could have written (see the module docs):
+/// its own seed followed by its stream; a value under 8 bytes (the stream alone, no seed) is
+/// taken as one. A key gone meanwhile counts as one (nothing to protect).
+fn is_stress_value(store: &Store, key: &[u8]) -> bool {
+    let Ok(Some(v)) = store.get(key) else {
+        return true;
+    };
+    if v.len() < 8 {
+        return true;
+    }
+    let seed = u64::from_le_bytes(v[..8].try_into().unwrap_or_default());
+    let mut want = Vec::new();
+    fill_value(&mut want, key, v.len(), seed);
+    want == v
+}
+
 /// The nonce a stress key was made with, if it is one.
 fn key_nonce(key: &[u8]) -> Option<u32> {
     if key.len() == FragmentKey::LEN {
@@ -445,12 +461,28 @@ impl Stress {
         // they are removed or overwritten in time instead of holding their segments forever. A
         // present key whose last ack line is `del` is never adopted: that would be a lost removal
         // for a checker to find.
-        let orphans: Vec<Vec<u8>> = store
+        let unlogged: Vec<Vec<u8>> = store
             .range_keys(&[], None, usize::MAX)
             .into_iter()
             .map(|(k, _)| k)
-            .filter(|k| !acked.contains_key(k) && key_nonce(k).is_some())
+            .filter(|k| !acked.contains_key(k))
             .collect();
+        // Fix (found by a new-user review): every 16-byte key was taken for a stress key, so a
+        // run on a store holding someone's fragments overwrote and removed them. A key the log
+        // never mentions is adopted only if its key and value are the shapes stress writes;
+        // any other refuses the store.
+        let (orphans, foreign): (Vec<Vec<u8>>, Vec<Vec<u8>>) = unlogged
+            .into_iter()
+            .partition(|k| key_nonce(k).is_some() && is_stress_value(&store, k));
+        if let Some(first) = foreign.first() {
+            return fail(format!(
+                "the store holds {} keys stress did not write (e.g. {}): stress overwrites and \
+                 removes the keys it finds, so it runs only on a store of its own (a new \
+                 directory, or one only stress wrote)",
+                foreign.len(),
+                String::from_utf8_lossy(first).escape_debug()
+            ));
+        }
         let used: HashSet<u32> = acked
             .keys()
             .chain(&orphans)
