@@ -42,7 +42,20 @@ fn io_err(what: String) -> impl FnOnce(std::io::Error) -> ServerError {
 /// Opens the store in `config.dir` (creating it if missing) and starts serving in background
 /// threads. Returns once every listener is bound.
 pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
-    config.validate()?;
+    let ip = config.validate()?;
+    // Listeners and the cluster map first: a start that fails on them must not leave a new
+    // (possibly preallocated) store behind. Fix (found by a new-user review): a port in use
+    // left a 1.1 GiB store of preallocated files.
+    let bound = Bound::bind(&config, ip)?;
+    if let Some(path) = &config.cluster {
+        Cluster::load(
+            path,
+            config.cluster_id.as_deref(),
+            &config.bind,
+            bound.tcp_port()?,
+        )
+        .map_err(|what| ServerError::Config { what })?;
+    }
     let mut builder = Store::builder(&config.dir)
         .lanes(config.lanes())
         .page_cache(config.page_cache());
@@ -67,7 +80,43 @@ pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         store.set_event_policy(policy)?;
     }
     store.set_max_deliveries(config.max_deliveries)?;
-    spawn_on(config, Arc::new(store), None)
+    start(config, Arc::new(store), None, bound)
+}
+
+/// The listeners of a server, bound before anything else is started.
+struct Bound {
+    tcp: std::net::TcpListener,
+    unix: Option<(std::os::unix::net::UnixListener, PathBuf)>,
+    metrics: Option<std::net::TcpListener>,
+}
+
+impl Bound {
+    fn bind(config: &ServerConfig, ip: std::net::IpAddr) -> Result<Bound, ServerError> {
+        let tcp = std::net::TcpListener::bind((ip, config.port)).map_err(io_err(format!(
+            "cannot listen on {ip}:{} (choose another --port)",
+            config.port
+        )))?;
+        let unix = match &config.unixsocket {
+            Some(path) => Some(bind_unix(path)?),
+            None => None,
+        };
+        let metrics = match config.metrics_port {
+            Some(port) => Some(
+                std::net::TcpListener::bind((ip, port))
+                    .map_err(io_err(format!("cannot listen for metrics on {ip}:{port}")))?,
+            ),
+            None => None,
+        };
+        Ok(Bound { tcp, unix, metrics })
+    }
+
+    fn tcp_port(&self) -> Result<u16, ServerError> {
+        Ok(self
+            .tcp
+            .local_addr()
+            .map_err(io_err("cannot read the listening address".into()))?
+            .port())
+    }
 }
 
 /// Serves a store the caller already opened (it stays open when the server stops: the server
@@ -79,6 +128,17 @@ pub fn spawn_on(
     recorder: Option<Arc<dyn RecordControl>>,
 ) -> Result<ServerHandle, ServerError> {
     let ip = config.validate()?;
+    let bound = Bound::bind(&config, ip)?;
+    start(config, store, recorder, bound)
+}
+
+/// Serves `store` on the listeners `bound`.
+fn start(
+    config: ServerConfig,
+    store: Arc<Store>,
+    recorder: Option<Arc<dyn RecordControl>>,
+    bound: Bound,
+) -> Result<ServerHandle, ServerError> {
     let threads = config.worker_threads();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
@@ -88,8 +148,7 @@ pub fn spawn_on(
         .map_err(io_err("cannot start the worker threads".into()))?;
     let _entered = runtime.enter();
 
-    let tcp = std::net::TcpListener::bind((ip, config.port))
-        .map_err(io_err(format!("cannot listen on {ip}:{}", config.port)))?;
+    let Bound { tcp, unix, metrics } = bound;
     tcp.set_nonblocking(true)
         .map_err(io_err("cannot set up the listener".into()))?;
     let tcp_addr = tcp
@@ -97,14 +156,17 @@ pub fn spawn_on(
         .map_err(io_err("cannot read the listening address".into()))?;
     let tcp = TcpListener::from_std(tcp).map_err(io_err("cannot set up the listener".into()))?;
 
-    let unix = match &config.unixsocket {
-        Some(path) => Some(bind_unix(path)?),
+    let unix = match unix {
+        Some((l, path)) => {
+            l.set_nonblocking(true)
+                .map_err(io_err("cannot set up the unix listener".into()))?;
+            let l = UnixListener::from_std(l).map_err(io_err("unix listener".into()))?;
+            Some((l, path))
+        }
         None => None,
     };
-    let metrics_listener = match config.metrics_port {
-        Some(port) => {
-            let l = std::net::TcpListener::bind((ip, port))
-                .map_err(io_err(format!("cannot listen for metrics on {ip}:{port}")))?;
+    let metrics_listener = match metrics {
+        Some(l) => {
             l.set_nonblocking(true)
                 .map_err(io_err("cannot set up the metrics listener".into()))?;
             Some(TcpListener::from_std(l).map_err(io_err("metrics listener".into()))?)
@@ -143,7 +205,7 @@ pub fn spawn_on(
 
 /// Binds a Unix socket, replacing a stale socket file left by a crash (but never a live one
 /// or a file that is not a socket).
-fn bind_unix(path: &PathBuf) -> Result<(UnixListener, PathBuf), ServerError> {
+fn bind_unix(path: &PathBuf) -> Result<(std::os::unix::net::UnixListener, PathBuf), ServerError> {
     use std::os::unix::fs::FileTypeExt;
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         let live = std::os::unix::net::UnixStream::connect(path).is_ok();
@@ -158,7 +220,7 @@ fn bind_unix(path: &PathBuf) -> Result<(UnixListener, PathBuf), ServerError> {
         }
         let _ = std::fs::remove_file(path);
     }
-    let l = UnixListener::bind(path).map_err(io_err(format!(
+    let l = std::os::unix::net::UnixListener::bind(path).map_err(io_err(format!(
         "cannot listen on unix socket {}",
         path.display()
     )))?;

@@ -240,3 +240,27 @@ fn offload_to_adds_a_second_tier_and_needs_a_capacity() {
         Some(hotstore::OFFLOAD_HIGH_WATER)
     );
 }
+
+/// Found by a new-user review (nineteenth session): a start that failed on its port (or its
+/// cluster map) had already created the store, preallocated files included (1.1 GiB left
+/// behind). Listeners and the map now come first.
+#[test]
+fn a_start_refused_for_its_port_or_map_creates_no_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut c = config(&tmp.path().join("s"));
+    c.port = taken.local_addr().unwrap().port();
+    c.capacity = 64 << 20;
+    c.preallocate = 32 << 20;
+    let e = spawn(c)
+        .err()
+        .expect("started on a port in use")
+        .to_string();
+    assert!(e.contains("cannot listen") && e.contains("--port"), "{e}");
+    assert!(!tmp.path().join("s").exists(), "a store was left behind");
+    let mut c = config(&tmp.path().join("m"));
+    c.port = 0;
+    c.cluster = Some(tmp.path().join("no-such-map.toml"));
+    assert!(spawn(c).is_err(), "started without its map");
+    assert!(!tmp.path().join("m").exists(), "a store was left behind");
+}
