@@ -54,7 +54,9 @@ pub struct CreateArgs {
 /// epoch), every slot is covered; prints each node with its slots and keys.
 ///
 /// Give a map file (`--map`: the nodes it names are checked against it) or any node's
-/// address (its CLUSTER NODES names the others). Exit status: 0 if healthy, 1 if not.
+/// address (its CLUSTER NODES names the others). Exit status: 0 if healthy, 1 if not (a
+/// node that does not answer included, also the one given); 2 on bad arguments or an
+/// unreadable map file.
 #[derive(Args)]
 pub struct CheckArgs {
     /// A node's address `host:port` (the map is read from it).
@@ -201,10 +203,15 @@ fn check(a: CheckArgs) -> CliResult<ExitCode> {
     };
     let addrs: Vec<String> = match (&expected, &a.addr) {
         (Some(m), _) => m.nodes.iter().map(|n| n.addr()).collect(),
-        (None, Some(addr)) => {
-            let v = view(addr, &a).map_err(|e| CliError::Msg(format!("{addr}: {e}")))?;
-            v.nodes.values().map(|(addr, _)| addr.clone()).collect()
-        }
+        (None, Some(addr)) => match view(addr, &a) {
+            Ok(v) => v.nodes.values().map(|(addr, _)| addr.clone()).collect(),
+            // Fix (found by a new-user review): an unreachable node exited 2 (an error),
+            // where the help promises 1 for an unhealthy cluster.
+            Err(e) => {
+                println!("[ERR] {addr} does not answer: {e}");
+                return Ok(ExitCode::from(1));
+            }
+        },
         (None, None) => unreachable!("clap requires an address or a map"),
     };
     let mut errors = Vec::new();

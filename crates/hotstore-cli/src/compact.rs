@@ -163,12 +163,12 @@ fn print_human(out: &mut Out, s: &Summary<'_>) -> CliResult<()> {
         human_bytes(s.relocated_bytes as f64)
     ))?;
     out.line(format_args!(
-        "freed      {} segments, {} of dead records; files {} smaller{}",
+        "freed      {} segments, {} of dead records; {} of segment files no longer in use{}",
         s.before.segments.saturating_sub(s.after.segments),
         human_bytes(s.before.dead_bytes.saturating_sub(s.after.dead_bytes) as f64),
         human_bytes(s.before.file_bytes.saturating_sub(s.after.file_bytes) as f64),
         if s.after.pooled_files > 0 {
-            " (the engine keeps freed files in its pool for reuse: they stay on disk)"
+            " (kept on disk in the engine's pool, for reuse)"
         } else {
             ""
         }

@@ -31,14 +31,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use util::{CliError, CliResult, EXIT_ERROR};
 
-/// Persistent hot storage for high-rate data acquisition: inspect, verify, dump, compact,
-/// stress-test and benchmark a store.
+/// Persistent hot storage for high-rate data acquisition: serve a store over the Redis
+/// protocol (alone or as a cluster), record detector streams on a trigger, run the DAQ
+/// benchmark (minidaq); inspect, verify, dump, compact, stress-test and benchmark a store.
 ///
 /// A store is a directory holding `hotstore.meta`, a lock file and segment files
 /// (`seg-NNNNNN.hss`). Sizes: 100, 10K or 10KiB (10240), 10KB (10000), and so on for M and G:
 /// KB, MB, GB are powers of 1000 everywhere, as in rates and `bench model`.
 ///
-/// Exit status: 0 on success; 1 if `verify` found damage; 2 on any error (bad arguments, no
+/// Exit status: 0 on success; 1 if `verify` found damage, `minidaq` an integrity error or
+/// `cluster check` an unhealthy cluster; 2 on any error (bad arguments, no
 /// store, store locked by another process, I/O error). Errors are printed as `error: <message>`
 /// on stderr.
 #[derive(Parser)]

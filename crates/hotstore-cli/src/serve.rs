@@ -11,8 +11,10 @@ use std::path::PathBuf;
 ///
 /// Any Redis client works: `redis-cli -p 6380`, redis-py, hiredis, redis-rs, redis-benchmark.
 /// Standard string commands (GET, SET, DEL, MGET, SCAN, INFO...) and the DAQ commands
-/// FRAG.PUT, FRAG.GET, EVENT.GET, EVENT.SEAL, EVENT.NEXT, EVENT.ACK, EVENT.RELEASE, EVENT.RANGE
-/// and STORE.STATS are described in docs/protocol.md.
+/// FRAG.PUT, FRAG.GET, EVENT.GET, EVENT.SEAL, EVENT.NEXT, EVENT.ACK, EVENT.RELEASE,
+/// EVENT.CLAIM, EVENT.PENDING, EVENT.RANGE, EVENT.GROUP, EVENT.GROUPS, EVENT.CONSUMERS,
+/// STORE.STATS and STORE.LAYOUT (RECORD.TRIGGER and RECORD.STATUS beside `hotstore record`)
+/// are described in docs/protocol.md.
 ///
 /// Every write is answered only once it meets its durability: `persisted` (the default:
 /// fdatasync'd, shared by concurrent writers) or `memory` (survives a crash of the server,

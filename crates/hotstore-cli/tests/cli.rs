@@ -743,3 +743,18 @@ fn stress_refuses_a_store_holding_data_it_did_not_write() {
     ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
+
+/// Found by a new-user review (nineteenth session): `cluster check` of a node that does not
+/// answer exited 2 (an error), where its help promises 1 for an unhealthy cluster.
+#[test]
+fn cluster_check_of_a_node_that_does_not_answer_exits_1() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let o = hotstore(&["cluster", "check", &addr, "--timeout", "1"]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("does not answer"), "{}", stdout(&o));
+}
