@@ -157,32 +157,10 @@ pub fn parse_size_or_off(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
 
-/// Parses a byte count: a plain number, or one with a unit: `K`/`KiB`, `M`/`MiB`, `G`/`GiB`
-/// are powers of 1024 (`10KiB` = 10240), `KB`, `MB`, `GB` powers of 1000 (`10KB` = 10000), as
-/// in rates (`100MB/s`) and `bench model`; `B` alone is accepted and ignored.
+/// Parses a byte count (see [`hotstore_server::parse_size`]: the same parser reads
+/// sizes in `serve --config`).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a byte count (e.g. 100, 10KiB, 1MiB)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        other => {
-            return Err(format!(
-                "unknown size unit `{other}` in `{s}` (use K/KiB, M/MiB or G/GiB)"
-            ))
-        }
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("`{s}` is too large"))
+    hotstore_server::parse_size(s)
 }
 
 /// Parses a duration in seconds (fractions allowed), which must be positive and finite.

@@ -36,20 +36,27 @@ pub struct ServerConfig {
     /// Close connections idle this many seconds (0: never).
     pub timeout: u64,
     /// Longest bulk string in a request (bytes).
+    #[serde(deserialize_with = "de_size_usize")]
     pub max_bulk_len: usize,
     /// Largest reply built for one command (MGET, EVENT.GET), in bytes.
+    #[serde(deserialize_with = "de_size_usize")]
     pub max_reply_len: usize,
     /// Bytes of requests all clients together may have buffered beyond the 64 KiB each
     /// always gets; a client needing more waits (the server stops reading from it).
+    #[serde(deserialize_with = "de_size_usize")]
     pub max_buffer_memory: usize,
     /// Bytes of large replies (1 MiB and more) all clients together may have built and not
     /// yet read; a request for more gets `-BUSY` (a reply alone is always built).
+    #[serde(deserialize_with = "de_size_usize")]
     pub max_reply_memory: usize,
     /// Store capacity in bytes, stored with the store (0: keep the stored capacity; for a new
     /// store, the file system decides).
+    #[serde(deserialize_with = "de_size")]
     pub capacity: u64,
     /// Create and pre-fault segment files for this many bytes at start (bounded by the
     /// capacity), so writes never pay for page allocation: a DAQ buffer allocated up front.
+    /// [`PREALLOCATE_ALL`] (`preallocate = true` in TOML): all of the capacity.
+    #[serde(deserialize_with = "de_preallocate")]
     pub preallocate: u64,
     /// A second tier (a directory, relative to `dir` unless absolute; needs `capacity`): past
     /// 80% of the capacity the first tier's oldest data moves there (offload), still readable
@@ -72,6 +79,83 @@ pub struct ServerConfig {
     pub cluster: Option<PathBuf>,
     /// This node's id in the cluster map (default: the node whose address is `bind:port`).
     pub cluster_id: Option<String>,
+}
+
+/// `preallocate`: all of the capacity.
+pub const PREALLOCATE_ALL: u64 = u64::MAX;
+
+/// Parses a byte count: a plain number, or one with a unit: `K`/`KiB`, `M`/`MiB`, `G`/`GiB`,
+/// `T`/`TiB` are powers of 1024 (`10KiB` = 10240), `KB`, `MB`, `GB`, `TB` powers of 1000
+/// (`10KB` = 10000), as in rates (`100MB/s`); `B` alone is accepted and ignored. The one
+/// parser of the command line and the TOML file.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a byte count (e.g. 100, 10KiB, 1MiB)"))?;
+    if unit.starts_with(['.', ',']) {
+        return Err(format!(
+            "`{s}`: fractions are not taken; give a whole number of a smaller unit (1536MiB, not 1.5GiB)"
+        ));
+    }
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => {
+            return Err(format!(
+                "unknown size unit `{}` in `{s}` (use K/KiB, M/MiB, G/GiB, T/TiB for powers of \
+                 1024, KB, MB, GB, TB for powers of 1000)",
+                unit.trim()
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+/// A size in TOML: a number of bytes or a string with a unit (`"64MiB"`), as on the command
+/// line. Fix (found by a new-user review): `capacity = "64GiB"` was refused as a type error.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeValue {
+    Bytes(u64),
+    Text(String),
+    Flag(bool),
+}
+
+fn de_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    match SizeValue::deserialize(d)? {
+        SizeValue::Bytes(n) => Ok(n),
+        SizeValue::Text(t) => parse_size(&t).map_err(serde::de::Error::custom),
+        SizeValue::Flag(_) => Err(serde::de::Error::custom(
+            "a size: a number of bytes or a string like \"64MiB\"",
+        )),
+    }
+}
+
+fn de_size_usize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = de_size(d)?;
+    usize::try_from(n).map_err(|_| serde::de::Error::custom(format!("{n} bytes is too large")))
+}
+
+/// `preallocate`: a size, or `true` for all of the capacity (`false`: none).
+fn de_preallocate<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    match SizeValue::deserialize(d)? {
+        SizeValue::Bytes(n) => Ok(n),
+        SizeValue::Text(t) if t.trim().eq_ignore_ascii_case("all") => Ok(PREALLOCATE_ALL),
+        SizeValue::Text(t) => parse_size(&t).map_err(serde::de::Error::custom),
+        SizeValue::Flag(true) => Ok(PREALLOCATE_ALL),
+        SizeValue::Flag(false) => Ok(0),
+    }
 }
 
 fn de_durability<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Durability, D::Error> {
@@ -193,6 +277,13 @@ impl ServerConfig {
         if self.max_clients == 0 {
             return bad("max-clients must be at least 1".into());
         }
+        if self.preallocate == PREALLOCATE_ALL && self.capacity == 0 {
+            return bad(
+                "preallocate = true preallocates all of the capacity: set a capacity, or give \
+                 preallocate a size"
+                    .into(),
+            );
+        }
         if self.offload_to.is_some() && self.capacity == 0 {
             return bad(
                 "offload-to needs a capacity: the first tier offloads past 80% of it (set --capacity)"
@@ -252,6 +343,22 @@ mod tests {
         assert_eq!(c.max_clients, 5);
         assert_eq!(c.metrics_port, Some(9100));
         assert!(ServerConfig::from_toml("prot = 1").is_err());
+        // Sizes as on the command line (found by a new-user review: only integers worked).
+        let c = ServerConfig::from_toml(
+            "capacity = \"64GiB\"\nmax-bulk-len = \"64MiB\"\npreallocate = true\n\
+             max-reply-memory = 1073741824",
+        )
+        .unwrap();
+        assert_eq!(c.capacity, 64 << 30);
+        assert_eq!(c.max_bulk_len, 64 << 20);
+        assert_eq!(c.preallocate, PREALLOCATE_ALL);
+        assert_eq!(c.max_reply_memory, 1 << 30);
+        assert!(ServerConfig::from_toml("capacity = \"1.5GiB\"")
+            .unwrap_err()
+            .contains("fractions"));
+        assert!(ServerConfig::from_toml("capacity = true").is_err());
+        assert_eq!(parse_size("2TB").unwrap(), 2_000_000_000_000);
+        assert!(parse_size("10XB").unwrap_err().contains("KB, MB, GB, TB"));
         assert!(ServerConfig::from_toml("durability = \"fast\"").is_err());
         let lanes = |durability, threads| {
             ServerConfig {

@@ -38,7 +38,7 @@ mod shared;
 mod sync;
 mod waiters;
 
-pub use config::ServerConfig;
+pub use config::{parse_size, ServerConfig, PREALLOCATE_ALL};
 pub use error::ServerError;
 pub use record::RecordControl;
 pub use server::{spawn, spawn_on, ServerHandle};

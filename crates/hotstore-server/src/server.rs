@@ -66,7 +66,12 @@ pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         }
     }
     if config.preallocate > 0 {
-        builder = builder.preallocate_bytes(config.preallocate);
+        // Bounded by the capacity (`true` in the TOML file: all of it).
+        let bytes = match config.capacity {
+            0 => config.preallocate,
+            c => config.preallocate.min(c),
+        };
+        builder = builder.preallocate_bytes(bytes);
     }
     let store = builder.open()?;
     if config.expected_fragments.is_some() || config.incomplete_timeout_ms.is_some() {
