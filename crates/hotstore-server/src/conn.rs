@@ -97,6 +97,13 @@ where
             );
             match parsed {
                 Ok(Parsed::Request { consumed }) => {
+                    if !shared.store.events_tracked() && is_event_use(&inbuf, &ranges) {
+                        // The first event use builds the event table: a pass over every key
+                        // (seconds on a store of 100 M fragments), which would hold this
+                        // worker and every connection it serves. Run on a blocking thread.
+                        let store = shared.store.clone();
+                        let _ = tokio::task::spawn_blocking(move || store.track_events()).await;
+                    }
                     let flow = if ranges.is_empty() {
                         Flow::Continue
                     } else {
@@ -510,6 +517,16 @@ where
 }
 
 /// Runs one request, timing it for the metrics.
+/// True if the request's command is a `FRAG.` or `EVENT.` one (a use of events).
+fn is_event_use(buf: &[u8], ranges: &[std::ops::Range<usize>]) -> bool {
+    ranges.first().is_some_and(|r| {
+        let name = &buf[r.clone()];
+        ["frag.", "event."]
+            .iter()
+            .any(|p| name.len() > p.len() && name[..p.len()].eq_ignore_ascii_case(p.as_bytes()))
+    })
+}
+
 fn execute(
     shared: &Shared,
     state: &mut ConnState,
@@ -696,6 +713,16 @@ mod tests {
     use super::*;
     use crate::config::ServerConfig;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// The first event use of a store runs its event-table pass off the worker threads
+    /// (noticed in the eighteenth session: it held a worker for the whole pass).
+    #[test]
+    fn event_use_is_recognised_by_the_command_name() {
+        let is = |cmd: &[u8]| is_event_use(cmd, std::slice::from_ref(&(0..cmd.len())));
+        assert!(is(b"FRAG.PUT") && is(b"event.next") && is(b"Event.Ack"));
+        assert!(!is(b"GET") && !is(b"FRAG.") && !is(b"EVENTS") && !is(b"frag"));
+        assert!(!is_event_use(b"", &[]));
+    }
 
     /// Fix (issue 16): a pipelined batch larger than the 64 KiB read buffer (16 SETs of
     /// 10 KiB, as redis-benchmark -P 16 -d 10240 sends) waited for a group commit per buffer

@@ -333,6 +333,13 @@ impl Store {
         self.inner.events.track(&self.inner.index);
     }
 
+    /// True once the store keeps event state (the pass of [`Store::track_events`] is done):
+    /// an event call then costs no pass over the keys. A server checks it to run the first
+    /// pass off its request threads.
+    pub fn events_tracked(&self) -> bool {
+        self.inner.events.is_tracked()
+    }
+
     /// The policy that applies to events of `run` (the layout's first field).
     pub fn event_policy(&self, run: Option<u64>) -> EventPolicy {
         // Reading a policy is not a use of events: no tracking starts here.
