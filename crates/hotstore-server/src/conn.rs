@@ -100,9 +100,16 @@ where
                     if !shared.store.events_tracked() && is_event_use(&inbuf, &ranges) {
                         // The first event use builds the event table: a pass over every key
                         // (seconds on a store of 100 M fragments), which would hold this
-                        // worker and every connection it serves. Run on a blocking thread.
-                        let store = shared.store.clone();
-                        let _ = tokio::task::spawn_blocking(move || store.track_events()).await;
+                        // worker and every connection it serves. Run on a blocking thread,
+                        // once: other connections wait for it without a thread each.
+                        shared
+                            .events_built
+                            .get_or_init(|| async {
+                                let store = shared.store.clone();
+                                let _ =
+                                    tokio::task::spawn_blocking(move || store.track_events()).await;
+                            })
+                            .await;
                     }
                     let flow = if ranges.is_empty() {
                         Flow::Continue

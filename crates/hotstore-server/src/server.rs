@@ -464,6 +464,7 @@ pub(crate) fn shared_state(
         reply_memory: crate::shared::ReplyMemory::new(config.max_reply_memory),
         event_waiters,
         _event_listener: event_listener,
+        events_built: tokio::sync::OnceCell::new(),
         store,
         limits,
         sync,

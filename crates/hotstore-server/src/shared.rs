@@ -22,6 +22,10 @@ pub const BUDGET_UNIT: usize = 1 << 10;
 pub struct Shared {
     /// The store.
     pub store: Arc<Store>,
+    /// Set once the store's event table is built (`Store::track_events`), by the first
+    /// connection that uses events, on a blocking thread; the others wait for it here
+    /// (one blocking thread, not one per waiting connection).
+    pub events_built: tokio::sync::OnceCell<()>,
     /// Settings.
     pub config: ServerConfig,
     /// Request limits.
