@@ -527,9 +527,8 @@ pub struct ModelArgs {
 /// configurations in about 30-40 s on a 2-core VM (more when it is busy), needs about 1 GiB free
 /// in --mem-dir and in --disk-dir, and removes every file it made (also on Ctrl-C).
 ///
-/// Both stores use segments of a few chunks (under 60 MiB): the engine's background offload
-/// cannot move a full 64 MiB segment of large records (its 64 MiB budget per sweep is smaller
-/// than the room it reserves for one), so with chunks over about 12 MiB the drain gives up.
+/// Both stores ask for segments of a few chunks (under 60 MiB; a memory tier smaller than 16
+/// segments gets smaller ones, and a chunk larger than a segment gets a file of its own).
 ///
 /// Sizes: --image XxYxZ voxels (or --image-bytes, rounded down to a cube), --chunk XxYxZ
 /// (edge chunks are smaller where it does not divide the image). A chunk larger than the

@@ -40,6 +40,8 @@ pub struct Candidate {
     pub live_bytes: u64,
     /// Length of its largest record.
     pub max_record_bytes: u64,
+    /// Live records (with `live_bytes`, their average length).
+    pub live_records: u64,
     /// Ids of the segments this one pins on (it must outlive them).
     pub targets: Vec<u64>,
     /// A lane appends to it: it must be sealed before it is relocated.
@@ -106,23 +108,41 @@ pub struct Rule {
 /// end with up to a record's length unused. Fix (issue 15, kill -9 wedge): the budget used to
 /// be compared with the live bytes alone, so a group could run out of room half-moved, having
 /// spent the reserve without freeing anything.
+///
+/// It is also at most `2 * live`, plus the last file's room, plus a page and a header page per
+/// record too large for a standard file: a file is left only for a record that does not fit
+/// its tail, so what the files left behind leave unused is less than the records that left
+/// them; the last file is taken whole; a record too large for a standard file gets a file of
+/// its own (`Inner::file_len_for`), its length rounded up to a page.
+/// Fix (`bench pipeline --image 256x256x64 --chunk 128x128x32`): records larger than a
+/// standard file (1 MiB chunks in the 1 MiB segments fitted to a 16 MiB memory tier) made
+/// the first bound divide by 1, asked for terabytes, and were never offloaded: they stayed
+/// on the volatile tier for good.
 pub fn room_to_move(live: u64, max_record: u64, file_record_bytes: u64) -> u64 {
     if live == 0 {
         return 0;
     }
     let per_file = file_record_bytes.saturating_sub(max_record).max(1);
-    live + (1 + live.div_ceil(per_file)) * max_record
+    let packed = live.saturating_add((1 + live.div_ceil(per_file)).saturating_mul(max_record));
+    let own_files = live / file_record_bytes.max(1);
+    let page = 4096;
+    let either = (2 * live)
+        .saturating_add(file_record_bytes)
+        .saturating_add(own_files.saturating_mul(page + crate::segment::SEGMENT_HEADER_LEN as u64));
+    packed.min(either)
 }
 
-/// Room that `live` bytes of records (each at most `max_record` bytes) take once moved into
-/// files of `file_record_bytes`: each file they fill may end with up to a record's length
-/// unused. What a group gives back is its file bytes less this, not less its live bytes.
+/// Room that `live` bytes of records of `record` bytes on average take once moved into files
+/// of `file_record_bytes`: each file they fill may end with up to a record's length unused.
+/// What a group gives back is its file bytes less this, not less its live bytes. The average
+/// live record, not the largest record ever written: one large dead record must not make a
+/// segment of small live ones look unmovable.
 /// Fix (full-disk campaign on ext4): files of 1 MiB records seven to a file, each 0.95 MiB
 /// short of full, passed the minimum gain by `file - live`, but their records packed seven
 /// to a file again: a request for room moved 256 of them (1.9 GB) and gained nothing.
-pub fn room_taken(live: u64, max_record: u64, file_record_bytes: u64) -> u64 {
-    let per_file = file_record_bytes.saturating_sub(max_record).max(1);
-    live + live.div_ceil(per_file) * max_record
+pub fn room_taken(live: u64, record: u64, file_record_bytes: u64) -> u64 {
+    let per_file = file_record_bytes.saturating_sub(record).max(1);
+    live.saturating_add(live.div_ceil(per_file).saturating_mul(record))
 }
 
 /// The group to relocate next under `rule`, or `None` if none qualifies.
@@ -158,8 +178,11 @@ pub fn choose(cands: &[Candidate], rule: &Rule) -> Option<Choice> {
             || room_to_move(live, max_record, rule.file_record_bytes) > rule.budget_bytes
             || live > rule.pace_bytes
             || (!rule.oldest_first
-                && file.saturating_sub(room_taken(live, max_record, rule.file_record_bytes))
-                    < rule.min_gain_bytes.max(1))
+                && file.saturating_sub(room_taken(
+                    live,
+                    live.div_ceil(members.iter().map(|m| m.live_records).sum::<u64>().max(1)),
+                    rule.file_record_bytes,
+                )) < rule.min_gain_bytes.max(1))
         {
             continue;
         }
@@ -226,6 +249,7 @@ mod tests {
             file_bytes: 100,
             live_bytes: live,
             max_record_bytes: 0,
+            live_records: live,
             targets: targets.to_vec(),
             active: false,
             excluded: false,
@@ -295,7 +319,8 @@ mod tests {
         assert!(choose(&[seg(5, 100, &[])], &allow).is_none());
         // Too little to gain, or too new.
         let mut gain = rule();
-        gain.min_gain_bytes = 20;
+        // 100 B files: 90 live bytes take 91 once moved (a record's length of packing slack).
+        gain.min_gain_bytes = 15;
         assert!(choose(&[seg(7, 90, &[])], &gain).is_none());
         assert_eq!(choose(&[seg(7, 80, &[])], &gain).unwrap().ids, vec![7]);
         gain.below_id = 7;
@@ -327,5 +352,44 @@ mod tests {
         assert!(choose(&[c.clone()], &r).is_none());
         r.budget_bytes = 60 + (1 + 1) * 30 + 20;
         assert!(choose(&[c], &r).is_some());
+    }
+
+    /// The gain counts how the live records pack, by their average length: segments of large
+    /// records that pack no tighter elsewhere are not worth moving, a segment of small live
+    /// records beside one large dead record is.
+    #[test]
+    fn gain_counts_how_live_records_pack() {
+        let mut r = rule();
+        r.file_record_bytes = 1000;
+        r.budget_bytes = 10_000;
+        r.min_gain_bytes = 60;
+        // Six live records of 150 B in a file of 1000: 100 B unused, but six to a file again.
+        let mut big = seg(1, 900, &[]);
+        big.file_bytes = 1000;
+        big.live_records = 6;
+        big.max_record_bytes = 150;
+        assert_eq!(choose(&[big.clone()], &r), None);
+        // 500 B of 10 B live records; a 400 B record that died.
+        let mut mixed = big;
+        mixed.live_bytes = 500;
+        mixed.live_records = 50;
+        mixed.max_record_bytes = 400;
+        assert!(choose(&[mixed], &r).is_some());
+    }
+
+    #[test]
+    fn room_to_move_of_records_larger_than_a_file_is_bounded() {
+        const MIB: u64 = 1 << 20;
+        let hdr = crate::segment::SEGMENT_HEADER_LEN as u64;
+        // A 1 MiB record (plus its header and key) and files of 1 MiB less a header page:
+        // it goes to a file of its own, at most a page and a header page more than itself.
+        let rec = MIB + 40;
+        let room = room_to_move(rec, rec, MIB - hdr);
+        assert!(room >= rec + 4096 + hdr, "{room}");
+        assert!(room <= 3 * rec + 4096 + hdr, "{room}");
+        // Records just under a file's length: each may take a file, at most twice the bytes.
+        assert!(room_to_move(10 * MIB, MIB - 8192, MIB) <= 21 * MIB + 10 * (4096 + hdr));
+        // Small records keep the tight bound.
+        assert_eq!(room_to_move(1000, 1, 100), 1000 + 1 + 11);
     }
 }

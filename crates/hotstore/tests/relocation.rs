@@ -779,3 +779,59 @@ fn the_guarantee_holds_for_records_that_pack_files_badly() {
     }
     assert!(n > 10, "{n} puts");
 }
+
+/// Records larger than a standard file are offloaded too. `bench pipeline --image 256x256x64
+/// --chunk 128x128x32 --configs tiered` asked for 3 MiB segments, which the 16 MiB memory tier
+/// fitted down to 1 MiB (1/16 of its capacity): each 1 MiB chunk got a file of its own, and
+/// offload's room estimate (`relocation::room_to_move`) divided by 1 and asked for terabytes,
+/// so even after a close and a reopen with the lowest mark nothing ever left the memory tier.
+#[test]
+fn offload_moves_records_larger_than_a_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = |mark: f64| {
+        Store::builder(dir.path())
+            .segment_size_bytes(MIB as usize)
+            .lanes(2)
+            .tier(TierSpec::new("fast").capacity_bytes(16 * MIB))
+            .tier(TierSpec::new("slow"))
+            .offload_high_water(Some(mark))
+            .open()
+            .unwrap()
+    };
+    let key = |it: u64, c: u64| [it.to_be_bytes(), c.to_be_bytes()].concat();
+    let value = |it: u64, c: u64| vec![(it * 8 + c) as u8; MIB as usize];
+    // The pipeline: an image of 8 chunks, two iterations (read, write the next, remove).
+    let s = open(0.8);
+    for c in 0..8 {
+        s.put(&key(0, c), &value(0, c), Durability::Persisted)
+            .unwrap();
+    }
+    for it in 1..=2 {
+        for c in 0..8 {
+            assert_eq!(s.get(&key(it - 1, c)).unwrap().unwrap(), value(it - 1, c));
+            s.put(&key(it, c), &value(it, c), Durability::Persisted)
+                .unwrap();
+            s.remove(&key(it - 1, c), Durability::Memory).unwrap();
+        }
+    }
+    s.close().unwrap();
+    // Its drain: every record must reach the disk tier.
+    let s = open(f64::MIN_POSITIVE);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while s.stats().tiers[0].live_bytes > 0 {
+        let st = s.stats();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "records larger than a segment stayed in the memory tier: {:?} {:?}",
+            st.tiers
+                .iter()
+                .map(|t| (t.live_bytes, t.offloaded_out_bytes))
+                .collect::<Vec<_>>(),
+            st.relocation
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for c in 0..8 {
+        assert_eq!(s.get(&key(2, c)).unwrap().unwrap(), value(2, c), "{c}");
+    }
+}

@@ -30,8 +30,10 @@ pub struct StoreSetup {
 /// budget (`relocation::room_to_move`): a full default 64 MiB segment of records over a few
 /// KiB never does (found by this benchmark; see docs/benchmarks.md). So: as many chunks of
 /// `chunk_bytes` per segment as keep that under 60 MiB (at least 2: a segment of one large
-/// record never fits either), and at most a quarter of the memory tier per segment. Chunks
-/// over about 12 MiB cannot be offloaded at all.
+/// record never fits either), and at most a quarter of the memory tier per segment. (The
+/// engine fits a new store's segments to at most 1/16 of its first tier: with a small memory
+/// tier they are smaller than asked, down to less than a chunk; such chunks get files of their
+/// own, which offload moves as well: see `relocation::room_to_move`.)
 pub fn segment_size_for(chunk_bytes: u64, fast_capacity: u64) -> usize {
     const SLACK: u64 = 8 << 10; // record header, key, alignment
     let per = chunk_bytes + SLACK;

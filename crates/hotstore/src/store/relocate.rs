@@ -153,6 +153,7 @@ impl Inner {
                 },
                 live_bytes: s.live_bytes.load(Ordering::Relaxed),
                 max_record_bytes: s.max_record.load(Ordering::Relaxed),
+                live_records: s.live_records.load(Ordering::Relaxed),
                 targets: targets.remove(&s.id).unwrap_or_default(),
                 active: !s.sealed.load(Ordering::Acquire),
                 // A segment under a reader (`ValueRef`) cannot be freed now: relocating it
