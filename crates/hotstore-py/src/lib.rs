@@ -56,7 +56,7 @@ fn class_of(e: &hotstore::Error) -> &'static str {
         E::NoStore(_) => "NoStore",
         E::NoStoreDirectory(_) => "NoStoreDirectory",
         E::NotADirectory(_) => "NotADirectory",
-        E::Locked(_) => "StoreLocked",
+        E::Locked(..) => "StoreLocked",
         E::InvalidOption { .. } => "InvalidOption",
         E::InvalidLayout { .. } => "InvalidLayout",
         E::Poisoned(_) => "Poisoned",

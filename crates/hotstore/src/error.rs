@@ -134,8 +134,11 @@ pub enum Error {
     #[error("{0} is a file, not a store directory")]
     NotADirectory(PathBuf),
     /// Another process holds the store open.
-    #[error("store at {0} is open in another process (lock held on its LOCK file)")]
-    Locked(PathBuf),
+    #[error(
+        "store at {0} is open in another process{1} (lock held on its LOCK file): stop that \
+         process or use another directory (`hotstore verify` reads a store open elsewhere)"
+    )]
+    Locked(PathBuf, String),
     /// An option is out of its documented bounds.
     #[error("invalid option {name}: {reason}")]
     InvalidOption {

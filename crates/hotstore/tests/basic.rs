@@ -230,3 +230,21 @@ fn a_value_put_in_parts_reads_back_whole_and_survives_reopen() {
     assert_eq!(store.get(b"parts-key").unwrap().unwrap(), whole);
     assert_eq!(store.get(b"small").unwrap().unwrap(), b"abc");
 }
+
+/// Found by a new-user review (nineteenth session): a store open elsewhere was refused
+/// without naming the process holding it or what to do.
+#[test]
+fn a_locked_store_names_the_process_holding_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let _s = Store::builder(dir.path()).open().unwrap();
+    let e = Store::builder(dir.path())
+        .open()
+        .err()
+        .expect("opened twice");
+    let pid = format!("pid {}", std::process::id());
+    assert!(
+        matches!(&e, hotstore::Error::Locked(_, h) if h.contains(&pid)),
+        "{e}"
+    );
+    assert!(e.to_string().contains("stop that process"), "{e}");
+}

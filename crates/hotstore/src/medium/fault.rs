@@ -447,7 +447,7 @@ impl Medium for FaultMedium {
     fn lock(&self) -> Result<Box<dyn Any + Send + Sync>> {
         let mut l = self.locked.lock();
         if *l {
-            return Err(Error::Locked(self.path.clone()));
+            return Err(Error::Locked(self.path.clone(), String::new()));
         }
         *l = true;
         Ok(Box::new(LockGuard(self.locked.clone())))

@@ -395,9 +395,36 @@ impl Medium for FileMedium {
             .map_err(|e| Error::io("open lock file", &path, e))?;
         // Safety: plain syscall on an open descriptor. The lock dies with the process.
         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(Error::Locked(self.dir.clone()));
+            return Err(Error::Locked(self.dir.clone(), lock_holder(&path)));
         }
+        // Who holds it, for the error another process gets (best effort: the lock is the
+        // flock, not this text). Found by a new-user review: the error named no process.
+        let mut f = f;
+        let _ = f.set_len(0).and_then(|()| {
+            std::io::Write::write_all(&mut f, format!("{}\n", std::process::id()).as_bytes())
+        });
         Ok(Box::new(f))
+    }
+}
+
+/// `" (pid N: command)"` for the process whose id the lock file `path` holds, if it runs.
+fn lock_holder(path: &Path) -> String {
+    let Some(pid) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok())
+    else {
+        return String::new();
+    };
+    match std::fs::read(format!("/proc/{pid}/cmdline")) {
+        Ok(cmd) if !cmd.is_empty() => {
+            let cmd: Vec<String> = cmd
+                .split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            format!(" (pid {pid}: {})", cmd.join(" "))
+        }
+        _ => format!(" (pid {pid})"),
     }
 }
 
