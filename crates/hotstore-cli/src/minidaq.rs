@@ -155,6 +155,9 @@ pub fn run(a: MinidaqArgs) -> CliResult<ExitCode> {
         (None, None) => Some(Duration::from_secs(3)),
     };
     let sweep = a.sweep.as_deref().map(parse_sweep).transpose()?;
+    if let Some(d) = &a.store {
+        crate::util::refuse_file_as_store(d)?;
+    }
     let cfg = minidaq::Config {
         store: a.store,
         reuse_store: a.reuse_store,

@@ -163,6 +163,17 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     hotstore_server::parse_size(s)
 }
 
+/// Refuses a store path that names a file, with the message every command gives (found by
+/// a new-user review: `record` and `minidaq` said "File exists" from the directory creation).
+pub fn refuse_file_as_store(dir: &std::path::Path) -> CliResult<()> {
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => Err(CliError::Msg(
+            hotstore::Error::NotADirectory(dir.to_path_buf()).to_string(),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Parses a duration in seconds (fractions allowed), which must be positive and finite.
 pub fn parse_secs(s: &str) -> Result<f64, String> {
     let v: f64 = s

@@ -84,6 +84,18 @@ fn file_as_store_is_refused_and_left_unchanged() {
             assert!(!out.exists(), "{args:?} created {}", out.display());
         });
     }
+    // The commands that create a store say the same (found by a new-user review: they
+    // said "File exists").
+    let f = file.to_str().unwrap();
+    for args in [
+        vec!["record", "--store", f, "--duration", "1"],
+        vec!["minidaq", "--store", f, "--duration", "0.1", "--no-limit"],
+    ] {
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        assert_refused(&args, &file, "is a file, not a store directory", || {
+            assert_eq!(std::fs::read(&file).unwrap(), content, "{args:?}");
+        });
+    }
     assert_eq!(entries(tmp.path()), ["run42.dat"]);
 }
 

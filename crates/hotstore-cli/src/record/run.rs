@@ -87,6 +87,7 @@ fn err(e: impl std::fmt::Display) -> CliError {
 /// Runs a recording (see `RecordArgs`).
 pub fn record(a: RunArgs) -> CliResult<ExitCode> {
     let dir = a.store.clone().expect("clap requires --store");
+    crate::util::refuse_file_as_store(&dir)?;
     let frame_len = a.frame_size as usize;
     let udp = match a.source.as_str() {
         "gen" => None,
