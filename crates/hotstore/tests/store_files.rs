@@ -362,3 +362,46 @@ fn verify_reads_a_read_only_store() {
     assert!(report.is_intact(), "{:?}", report.damage);
     assert_eq!(report.records_checked, 100);
 }
+
+/// Found by a new-user review (nineteenth session): a second tier other than the store's
+/// was ignored without a word (`serve --offload-to B` on a store made with A started with A),
+/// as was a tier added to an existing store. Both are refused; the store's own tiers, or
+/// fewer (a capacity change of the first), open.
+#[test]
+fn tiers_other_than_the_stores_are_refused() {
+    use hotstore::TierSpec;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let two = |lower: &str| {
+        Store::builder(&dir)
+            .tier(TierSpec::new(".").capacity_bytes(64 << 20))
+            .tier(TierSpec::new(tmp.path().join(lower)))
+            .open()
+    };
+    two("a").unwrap().close().unwrap();
+    let e = two("b").err().expect("opened with another lower tier");
+    assert!(
+        matches!(&e, Error::InvalidOption { name: "tiers", .. }),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("fixed when a store is created"),
+        "{e}"
+    );
+    two("a").unwrap().close().unwrap();
+    Store::builder(&dir)
+        .tier(TierSpec::new(".").capacity_bytes(96 << 20))
+        .open()
+        .unwrap()
+        .close()
+        .unwrap();
+    let one = tmp.path().join("one");
+    Store::builder(&one).open().unwrap().close().unwrap();
+    let e = Store::builder(&one)
+        .tier(TierSpec::new("."))
+        .tier(TierSpec::new(tmp.path().join("c")))
+        .open()
+        .err()
+        .expect("a tier added to an existing store");
+    assert!(e.to_string().contains("has 1 tier(s), 2 given"), "{e}");
+}

@@ -47,18 +47,20 @@ impl Store {
                     }
                 }
                 let mut meta = meta;
-                if options.tiers.len() == meta.tiers.len() {
-                    let mut changed = false;
-                    for (t, spec) in meta.tiers.iter_mut().zip(&options.tiers) {
-                        if spec.capacity_bytes != 0 && spec.capacity_bytes != t.capacity_bytes {
-                            t.capacity_bytes = spec.capacity_bytes;
-                            changed = true;
-                        }
+                if options.media.is_none() {
+                    check_tiers_unchanged(&options, &meta.tiers)?;
+                }
+                // The capacities given (the first tiers', or all) replace the stored ones.
+                let mut changed = false;
+                for (t, spec) in meta.tiers.iter_mut().zip(&options.tiers) {
+                    if spec.capacity_bytes != 0 && spec.capacity_bytes != t.capacity_bytes {
+                        t.capacity_bytes = spec.capacity_bytes;
+                        changed = true;
                     }
-                    if changed {
-                        check_capacity(&meta.tiers, meta.segment_size_bytes)?;
-                        meta.store(&*root)?;
-                    }
+                }
+                if changed {
+                    check_capacity(&meta.tiers, meta.segment_size_bytes)?;
+                    meta.store(&*root)?;
                 }
                 meta
             }
@@ -341,6 +343,44 @@ fn file_medium(dir: &Path, domain: Domain, options: &StoreOptions) -> Result<Fil
             m
         },
     )
+}
+
+/// Refuses tiers that are not the store's: tiers are fixed when a store is created. Fix
+/// (found by a new-user review): `serve --offload-to B` on a store made with `--offload-to A`
+/// started silently with A, and a tier added to an existing store was ignored.
+fn check_tiers_unchanged(options: &StoreOptions, stored: &[TierMeta]) -> Result<()> {
+    let same = |a: &Path, b: &Path| {
+        a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+    };
+    if options.tiers.len() > stored.len() {
+        return Err(Error::InvalidOption {
+            name: "tiers",
+            reason: format!(
+                "the store in {} has {} tier(s), {} given: tiers are fixed when a store is \
+                 created (create a new store for another layout of tiers)",
+                options.dir.display(),
+                stored.len(),
+                options.tiers.len()
+            ),
+        });
+    }
+    for (i, (spec, t)) in options.tiers.iter().zip(stored).enumerate() {
+        let given = resolve(&options.dir, &spec.path);
+        let have = resolve(&options.dir, Path::new(&t.path));
+        if !same(&given, &have) {
+            return Err(Error::InvalidOption {
+                name: "tiers",
+                reason: format!(
+                    "tier {i} of the store in {} is {}, not {}: tiers are fixed when a store \
+                     is created (give its own path, or leave the tier out)",
+                    options.dir.display(),
+                    have.display(),
+                    given.display()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn resolve(dir: &Path, p: &Path) -> PathBuf {
