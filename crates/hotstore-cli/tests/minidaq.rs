@@ -376,7 +376,7 @@ fn a_store_holding_data_is_refused_without_reuse_store() {
         "0.3",
         "--no-limit",
         "--capacity",
-        "64MiB",
+        "256MiB",
         "--store",
         d,
     ];
@@ -389,6 +389,8 @@ fn a_store_holding_data_is_refused_without_reuse_store() {
     );
     let s = Store::builder(&dir).open().unwrap();
     assert_eq!(s.stats().entries, 20, "the user's fragments were touched");
+    let bounds: Vec<u64> = s.stats().tiers.iter().map(|t| t.capacity_bytes).collect();
+    assert_eq!(bounds, [0], "the refused run changed the store's capacity");
     s.close().unwrap();
     // On purpose: the run consumes them (each an integrity error: not its pattern).
     let out = minidaq(&[&args[..], &["--reuse-store"]].concat());

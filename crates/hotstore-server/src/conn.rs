@@ -524,13 +524,29 @@ where
 }
 
 /// Runs one request, timing it for the metrics.
-/// True if the request's command is a `FRAG.` or `EVENT.` one (a use of events).
+/// Commands whose handlers start the store's event state (`Store::track_events`, directly
+/// or through the engine's event calls). Reads such as FRAG.GET and the group listings do
+/// not: they must not switch event accounting on for a store that never uses events (found
+/// in review: matching every `FRAG.`/`EVENT.` name did).
+const EVENT_USES: [&str; 9] = [
+    "frag.put",
+    "event.next",
+    "event.ack",
+    "event.get",
+    "event.seal",
+    "event.release",
+    "event.claim",
+    "event.group",
+    "event.range",
+];
+
+/// True if the request's command is one of [`EVENT_USES`].
 fn is_event_use(buf: &[u8], ranges: &[std::ops::Range<usize>]) -> bool {
     ranges.first().is_some_and(|r| {
         let name = &buf[r.clone()];
-        ["frag.", "event."]
+        EVENT_USES
             .iter()
-            .any(|p| name.len() > p.len() && name[..p.len()].eq_ignore_ascii_case(p.as_bytes()))
+            .any(|u| name.eq_ignore_ascii_case(u.as_bytes()))
     })
 }
 
@@ -728,6 +744,15 @@ mod tests {
         let is = |cmd: &[u8]| is_event_use(cmd, std::slice::from_ref(&(0..cmd.len())));
         assert!(is(b"FRAG.PUT") && is(b"event.next") && is(b"Event.Ack"));
         assert!(!is(b"GET") && !is(b"FRAG.") && !is(b"EVENTS") && !is(b"frag"));
+        // Reads and listings do not start event accounting (found in review).
+        for read in [
+            "FRAG.GET",
+            "EVENT.GROUPS",
+            "EVENT.PENDING",
+            "EVENT.CONSUMERS",
+        ] {
+            assert!(!is(read.as_bytes()), "{read}");
+        }
         assert!(!is_event_use(b"", &[]));
     }
 

@@ -101,6 +101,10 @@ pub struct Rule {
     /// Only groups whose members all have ids below this (a compaction takes the segments
     /// that existed when it started, not the ones it writes).
     pub below_id: u64,
+    /// Count the gain as what the group's records leave once packed into new files (see
+    /// [`room_taken`]); off: file bytes less live bytes (a removal's request for room takes
+    /// any group that frees more than two header pages, as it always did).
+    pub count_packing: bool,
 }
 
 /// Room that moving `live` bytes of records (each at most `max_record` bytes) needs at worst:
@@ -145,6 +149,19 @@ pub fn room_taken(live: u64, record: u64, file_record_bytes: u64) -> u64 {
     live.saturating_add(live.div_ceil(per_file).saturating_mul(record))
 }
 
+/// What moving a group of `members` (`live` of `file` bytes) gives back under `rule`.
+fn gain(members: &[&Candidate], live: u64, file: u64, rule: &Rule) -> u64 {
+    if !rule.count_packing {
+        return file.saturating_sub(live);
+    }
+    let records: u64 = members.iter().map(|m| m.live_records).sum();
+    file.saturating_sub(room_taken(
+        live,
+        live.div_ceil(records.max(1)),
+        rule.file_record_bytes,
+    ))
+}
+
 /// The group to relocate next under `rule`, or `None` if none qualifies.
 pub fn choose(cands: &[Candidate], rule: &Rule) -> Option<Choice> {
     use std::collections::{BTreeSet, HashMap};
@@ -177,12 +194,7 @@ pub fn choose(cands: &[Candidate], rule: &Rule) -> Option<Choice> {
         if file == 0
             || room_to_move(live, max_record, rule.file_record_bytes) > rule.budget_bytes
             || live > rule.pace_bytes
-            || (!rule.oldest_first
-                && file.saturating_sub(room_taken(
-                    live,
-                    live.div_ceil(members.iter().map(|m| m.live_records).sum::<u64>().max(1)),
-                    rule.file_record_bytes,
-                )) < rule.min_gain_bytes.max(1))
+            || (!rule.oldest_first && gain(&members, live, file, rule) < rule.min_gain_bytes.max(1))
         {
             continue;
         }
@@ -269,6 +281,7 @@ mod tests {
             newest_id: 100,
             min_gain_bytes: 1,
             below_id: u64::MAX,
+            count_packing: true,
         }
     }
 

@@ -460,6 +460,26 @@ fn open_store(cfg: &Config) -> Result<(Option<ScratchDir>, Store)> {
             (Some(t), d)
         }
     };
+    // Fix (found by a new-user review): collectors claim every READY event of the store, so
+    // a run on a store holding someone's data claimed their events, counted them as integrity
+    // errors and removed them. Refused before anything is changed in it (found in review: a
+    // refused run had already stored its --capacity in the user's store).
+    if tmp.is_none() && !cfg.reuse_store && dir.join(hotstore::META_FILE).exists() {
+        let held = Store::builder(&dir)
+            .create_if_missing(false)
+            .open()?
+            .stats()
+            .entries;
+        if held > 0 {
+            return Err(Error::Msg(format!(
+                "the store in {} already holds {held} keys: minidaq's collectors claim and \
+                 remove every event they find, and its check would fail on events it did not \
+                 write. Use a new or empty directory, or --reuse-store to consume them on \
+                 purpose (a store minidaq itself filled, e.g. after a crash)",
+                dir.display()
+            )));
+        }
+    }
     let lanes = (cfg.readout_threads + cfg.collector_threads).clamp(2, 256);
     let mut b = Store::builder(&dir)
         .tier(TierSpec::new(".").capacity_bytes(cfg.capacity))
@@ -470,19 +490,6 @@ fn open_store(cfg: &Config) -> Result<(Option<ScratchDir>, Store)> {
         b = b.preallocate_bytes(cfg.capacity);
     }
     let store = b.open()?;
-    // Fix (found by a new-user review): collectors claim every READY event of the store, so
-    // a run on a store holding someone's data claimed their events, counted them as
-    // integrity errors and removed them (and left its own event policy behind).
-    let held = store.stats().entries;
-    if tmp.is_none() && held > 0 && !cfg.reuse_store {
-        return Err(Error::Msg(format!(
-            "the store in {} already holds {held} keys: minidaq's collectors claim and remove \
-             every event they find, and its check would fail on events it did not write. Use a \
-             new or empty directory, or --reuse-store to consume them on purpose (a store \
-             minidaq itself filled, e.g. after a crash)",
-            dir.display()
-        )));
-    }
     Ok((tmp, store))
 }
 

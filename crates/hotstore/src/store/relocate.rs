@@ -115,7 +115,7 @@ const STOCK_CLEAN_MAX_LIVE_FRACTION: f64 = 0.5;
 /// Relocation steps one request for room may take before the answer is "full".
 const MAKE_ROOM_MAX_STEPS: usize = 256;
 /// Rounds of moves that leave the room no larger before a request for room gives up.
-const MAKE_ROOM_FRUITLESS_ROUNDS: usize = 2;
+const MAKE_ROOM_FRUITLESS_ROUNDS: usize = 3;
 /// Times a request for room retries a group whose member a writer held.
 const MAKE_ROOM_BUSY_RETRIES: usize = 8;
 
@@ -474,6 +474,7 @@ impl Inner {
             min_gain_bytes: ((self.tiers[tier].segment_size as f64 * MIN_GAIN_FRACTION) as u64)
                 .max(2 * SEGMENT_HEADER_LEN as u64),
             below_id: u64::MAX,
+            count_packing: true,
         }
     }
 
@@ -482,7 +483,15 @@ impl Inner {
     /// Room is measured, not inferred from a file coming back: relocation takes files too.
     pub(crate) fn make_room(&self, need: u64, for_removal: bool) -> bool {
         let has_room = |inner: &Inner| inner.tiers.iter().any(|t| t.room_bytes() >= need);
-        let room = |inner: &Inner| inner.tiers.iter().map(|t| t.room_bytes()).sum::<u64>();
+        // Progress is room plus what relocation's lanes can still write: a round moving
+        // groups 80% live takes a file and frees one (room unchanged) while its lane's tail
+        // grows by a fifth of a file (found in review: counting room alone gave up below the
+        // guaranteed live bytes).
+        let room = |inner: &Inner| {
+            (0..inner.tiers.len())
+                .map(|t| inner.relocation_budget(t))
+                .sum::<u64>()
+        };
         super::upkeep::reclaim_all(self);
         let mut busy_retries = 0;
         let mut fruitless = 0;
@@ -499,6 +508,7 @@ impl Inner {
                     // header costs will do, however full (past the guaranteed live bytes,
                     // every segment may be nearly full).
                     rule.min_gain_bytes = 2 * SEGMENT_HEADER_LEN as u64;
+                    rule.count_packing = false;
                 }
                 match self.relocate_step(&rule, None) {
                     Ok(Step::Moved) => moved = true,
@@ -520,7 +530,8 @@ impl Inner {
             }
             // Groups moved but the room did not grow (records that pack no tighter than they
             // were, or writers taking it as fast): more rounds would copy data for nothing.
-            if room(self) <= before {
+            // Not for a removal, which must succeed: it tries every step, as before.
+            if !for_removal && room(self) <= before {
                 fruitless += 1;
                 if fruitless >= MAKE_ROOM_FRUITLESS_ROUNDS {
                     break;
@@ -601,6 +612,7 @@ impl Inner {
                 newest_id: self.next_segment_id.load(Ordering::Relaxed),
                 min_gain_bytes: 0,
                 below_id: u64::MAX,
+                count_packing: true,
             };
             // Steps until the sweep's budget is spent (found in review: one step per sweep
             // moved one group, a few records a sweep with small segments).
