@@ -82,20 +82,29 @@ pub fn verify_dir(dir: &Path) -> Result<VerifyReport> {
             // write (an archived copy, a monitoring user). Fix (found by a new-user review):
             // segments were opened read-write and a read-only store could not be verified.
             let file = path.join(&name);
-            let bytes = std::fs::read(&file).map_err(|e| Error::io("read segment", &file, e))?;
+            let len = std::fs::metadata(&file)
+                .map_err(|e| Error::io("stat segment", &file, e))?
+                .len();
             if let Some(&want) = listed.as_ref().and_then(|l| l.get(&slot)) {
-                if want != bytes.len() as u64 {
+                if want != len {
                     report.damage.push(Damage {
                         file: file.clone(),
                         offset: 0,
                         len: want,
                         what: format!(
-                            "the file has {} bytes, the store's list of files says {want}",
-                            bytes.len()
+                            "the file has {len} bytes, the store's list of files says {want}"
                         ),
                     });
                 }
             }
+            let bytes = match read_in_use(&file)? {
+                Some(b) => b,
+                None => {
+                    // Free (recycled) or prepared and never written: only its header counts.
+                    report.segments_free += 1;
+                    continue;
+                }
+            };
             let bytes = &bytes[..];
             let header = match SegmentHeader::decode(bytes) {
                 Ok(h) if h.id == 0 => {
@@ -145,6 +154,28 @@ pub fn verify_dir(dir: &Path) -> Result<VerifyReport> {
         }
     }
     Ok(report)
+}
+
+/// The bytes of a segment file in use, or `None` for a free or never-written one, which is
+/// known from its header page without reading the rest (found in review: reading every
+/// preallocated file whole made `verify` of a 2 GiB preallocated store 80 times slower).
+fn read_in_use(file: &Path) -> Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let io = |e| Error::io("read segment", file, e);
+    let mut f = std::fs::File::open(file).map_err(io)?;
+    let mut head = vec![0u8; segment::SEGMENT_HEADER_LEN];
+    let n = f.read(&mut head).map_err(io)?;
+    head.truncate(n);
+    let free = match SegmentHeader::decode(&head) {
+        Ok(h) => h.id == 0,
+        Err(_) => head[..head.len().min(64)].iter().all(|&b| b == 0),
+    };
+    if free {
+        return Ok(None);
+    }
+    let mut bytes = head;
+    f.read_to_end(&mut bytes).map_err(io)?;
+    Ok(Some(bytes))
 }
 
 /// Listed files that are not in the directory: their records are lost.

@@ -250,14 +250,27 @@ impl Inner {
             return 0;
         }
         // A capacity larger than its file system can hold is bounded by what it can: the
-        // files held and the free space. Fix (found by a new-user review): `--capacity 2GiB`
-        // on a 512 MiB tmpfs promised 1.87 GB and answered StoreFull at 465 MiB.
-        let capacity: u64 = self
-            .tiers
-            .iter()
-            .map(|t| match t.medium.free_space_bytes() {
-                Some(free) => t.capacity_bytes.min(t.used_bytes() + free),
-                None => t.capacity_bytes,
+        // files held and the free space, once per file system (tiers may share one; found in
+        // review: two tiers on one 64 MiB tmpfs promised 120 MB). Fix (found by a new-user
+        // review): `--capacity 2GiB` on a 512 MiB tmpfs promised 1.87 GB and answered
+        // StoreFull at 465 MiB.
+        let mut by_fs: HashMap<Option<u64>, (u64, u64, Option<u64>)> = HashMap::new();
+        for (i, t) in self.tiers.iter().enumerate() {
+            use std::os::unix::fs::MetadataExt;
+            // A medium with no file system of its own (tests' fault medium) is its own group.
+            let fs = std::fs::metadata(t.medium.path()).ok().map(|m| m.dev());
+            let key = fs.or(Some(u64::MAX - i as u64));
+            let g = by_fs
+                .entry(key)
+                .or_insert((0, 0, t.medium.free_space_bytes()));
+            g.0 += t.capacity_bytes;
+            g.1 += t.used_bytes();
+        }
+        let capacity: u64 = by_fs
+            .values()
+            .map(|&(cap, used, free)| match free {
+                Some(free) => cap.min(used + free),
+                None => cap,
             })
             .sum();
         let seg = self.tiers[0].segment_size as u64;
