@@ -88,19 +88,33 @@ pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     start(config, Arc::new(store), None, bound)
 }
 
-/// The listeners of a server, bound before anything else is started.
+/// The listeners of a server, bound before anything else is started. The TCP socket is
+/// bound (the port is ours) but listens only once the store is open: a listening socket
+/// completes connections, and clients would wait for the whole recovery instead of being
+/// refused (found in review).
 struct Bound {
-    tcp: std::net::TcpListener,
+    tcp: socket2::Socket,
     unix: Option<(std::os::unix::net::UnixListener, PathBuf)>,
     metrics: Option<std::net::TcpListener>,
 }
 
 impl Bound {
     fn bind(config: &ServerConfig, ip: std::net::IpAddr) -> Result<Bound, ServerError> {
-        let tcp = std::net::TcpListener::bind((ip, config.port)).map_err(io_err(format!(
+        let addr = std::net::SocketAddr::new(ip, config.port);
+        let what = format!(
             "cannot listen on {ip}:{} (choose another --port)",
             config.port
-        )))?;
+        );
+        let cannot = |e| io_err(what.clone())(e);
+        let tcp = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            None,
+        )
+        .map_err(cannot)?;
+        // As std's TcpListener::bind: a restart does not wait out TIME_WAIT connections.
+        tcp.set_reuse_address(true).map_err(cannot)?;
+        tcp.bind(&addr.into()).map_err(cannot)?;
         let unix = match &config.unixsocket {
             Some(path) => Some(bind_unix(path)?),
             None => None,
@@ -116,11 +130,14 @@ impl Bound {
     }
 
     fn tcp_port(&self) -> Result<u16, ServerError> {
-        Ok(self
-            .tcp
+        self.tcp
             .local_addr()
-            .map_err(io_err("cannot read the listening address".into()))?
-            .port())
+            .ok()
+            .and_then(|a| a.as_socket())
+            .map(|a| a.port())
+            .ok_or_else(|| ServerError::Config {
+                what: "cannot read the listening address".into(),
+            })
     }
 }
 
@@ -154,6 +171,9 @@ fn start(
     let _entered = runtime.enter();
 
     let Bound { tcp, unix, metrics } = bound;
+    tcp.listen(1024)
+        .map_err(io_err("cannot listen on the bound port".into()))?;
+    let tcp: std::net::TcpListener = tcp.into();
     tcp.set_nonblocking(true)
         .map_err(io_err("cannot set up the listener".into()))?;
     let tcp_addr = tcp
@@ -488,5 +508,29 @@ pub(crate) fn shared_state(
 impl Drop for ServerHandle {
     fn drop(&mut self) {
         let _ = self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
+    use super::*;
+
+    /// Found in review (nineteenth session): the port was listening while the store opened
+    /// (recovery, preallocation: minutes), so clients connected and waited instead of being
+    /// refused. Bound, it refuses; started, it answers.
+    #[test]
+    fn the_port_is_refused_until_the_store_is_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = ServerConfig::for_dir(dir.path());
+        config.port = 0;
+        let ip = config.validate().unwrap();
+        let bound = Bound::bind(&config, ip).unwrap();
+        let port = bound.tcp_port().unwrap();
+        let e = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+        let store = Arc::new(Store::builder(dir.path()).open().unwrap());
+        let server = start(config, store, None, bound).unwrap();
+        std::net::TcpStream::connect(server.tcp_addr()).unwrap();
     }
 }
