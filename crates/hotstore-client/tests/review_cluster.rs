@@ -102,6 +102,28 @@ fn a_write_after_the_cluster_restarts_with_a_new_map_succeeds() {
     follow_moved_after_map_change("127.0.0.1", true).unwrap();
 }
 
+/// Two nodes on loopback sharing the slots, their map in `dir`; each node's event policy
+/// expects `expected` fragments if given.
+fn two_nodes(dir: &Path, expected: Option<u32>) -> (ClusterMap, Vec<ServerHandle>) {
+    let addrs: Vec<(String, u16)> = free_ports("127.0.0.1", 2)
+        .into_iter()
+        .map(|p| ("127.0.0.1".to_string(), p))
+        .collect();
+    let map = ClusterMap::even(1, &addrs).unwrap();
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, map.to_toml()).unwrap();
+    let nodes = map
+        .nodes
+        .iter()
+        .map(|n| {
+            let mut c = node_config(dir, &path, n);
+            c.expected_fragments = expected;
+            spawn(c).unwrap()
+        })
+        .collect();
+    (map, nodes)
+}
+
 fn blocked_clients(addr: &str) -> u64 {
     let mut con = redis::Client::open(format!("redis://{addr}"))
         .unwrap()
@@ -125,22 +147,7 @@ fn a_consumer_waiting_forever_returns_an_event_of_any_node() {
     use hotstore_client::{ClusterConsumer, ConsumerOptions};
     use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
-    let addrs: Vec<(String, u16)> = free_ports("127.0.0.1", 2)
-        .into_iter()
-        .map(|p| ("127.0.0.1".to_string(), p))
-        .collect();
-    let map = ClusterMap::even(1, &addrs).unwrap();
-    let path = dir.path().join("cluster.toml");
-    std::fs::write(&path, map.to_toml()).unwrap();
-    let _nodes: Vec<ServerHandle> = map
-        .nodes
-        .iter()
-        .map(|n| {
-            let mut c = node_config(dir.path(), &path, n);
-            c.expected_fragments = Some(1);
-            spawn(c).unwrap()
-        })
-        .collect();
+    let (map, _nodes) = two_nodes(dir.path(), Some(1));
     let seed = format!("redis://{}", map.nodes[0].addr());
     let mut cl = ClusterClient::connect(&[seed.as_str()]).unwrap();
     let mut con = ClusterConsumer::new(&cl, ConsumerOptions::default()).unwrap();
@@ -176,18 +183,7 @@ fn a_consumer_waiting_forever_returns_an_event_of_any_node() {
 fn a_consumer_keeps_the_type_of_a_nodes_error_reply() {
     use hotstore_client::{ClusterConsumer, ConsumerOptions, Error};
     let dir = tempfile::tempdir().unwrap();
-    let addrs: Vec<(String, u16)> = free_ports("127.0.0.1", 2)
-        .into_iter()
-        .map(|p| ("127.0.0.1".to_string(), p))
-        .collect();
-    let map = ClusterMap::even(1, &addrs).unwrap();
-    let path = dir.path().join("cluster.toml");
-    std::fs::write(&path, map.to_toml()).unwrap();
-    let _nodes: Vec<ServerHandle> = map
-        .nodes
-        .iter()
-        .map(|n| spawn(node_config(dir.path(), &path, n)).unwrap())
-        .collect();
+    let (map, _nodes) = two_nodes(dir.path(), None);
     let seed = format!("redis://{}", map.nodes[0].addr());
     let cl = ClusterClient::connect(&[seed.as_str()]).unwrap();
     let opts = ConsumerOptions {

@@ -1,6 +1,9 @@
 //! Proves that a full device, tier or tmpfs answers StoreFull and loses nothing, and that removals work when full and make room again, also for a waiting writer.
 #![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
+#[path = "common/mount.rs"]
+mod mount;
+
 use hotstore::testing::FaultMedium;
 use hotstore::{Durability, Error, FragmentKey, Store, TierSpec, WriteOptions};
 use std::collections::BTreeMap;
@@ -211,41 +214,9 @@ fn waiting_writer_gets_room_freed_by_another_thread() {
 fn full_tmpfs_gives_store_full_not_sigbus() {
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
-        .arg(&mnt)
-        .output();
-    match mounted {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => {
-            eprintln!(
-                "NOTE: skipping the tmpfs part: mount failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
-            return;
-        }
-        Err(e) => {
-            eprintln!("NOTE: skipping the tmpfs part: cannot run mount: {e}");
-            return;
-        }
-    }
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let ok = std::process::Command::new("umount")
-                .arg(&self.0)
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                let _ = std::process::Command::new("umount")
-                    .arg("-l")
-                    .arg(&self.0)
-                    .status();
-            }
-        }
-    }
-    let _unmount = Unmount(mnt.clone());
+    let Some(_unmount) = mount::tmpfs(&mnt, "4m") else {
+        return;
+    };
     let store_dir = mnt.join("store");
     let open = || {
         Store::builder(&store_dir)
@@ -462,26 +433,9 @@ fn writes_below_the_guarantee_never_find_the_store_full() {
 fn tiers_sharing_a_file_system_share_its_room_in_the_guarantee() {
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let ok = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
-        .arg(&mnt)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("NOTE: skipped: mount not allowed");
+    let Some(_unmount) = mount::tmpfs(&mnt, "64m") else {
         return;
-    }
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.0)
-                .status();
-        }
-    }
-    let _u = Unmount(mnt.clone());
+    };
     let s = Store::builder(mnt.join("s"))
         .segment_size_bytes(1 << 20)
         .tier(TierSpec::new("a").capacity_bytes(1 << 30))

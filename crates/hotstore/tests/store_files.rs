@@ -4,6 +4,9 @@
 //! before the list existed gets one at its next open.
 #![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
+#[path = "common/mount.rs"]
+mod mount;
+
 use hotstore::testing::{FaultMedium, Medium, SegmentHeader};
 use hotstore::{verify_dir, Durability, Error, FragmentKey, RecoveryMode, Store, StoreOptions};
 use std::collections::BTreeMap;
@@ -330,30 +333,13 @@ fn verify_reads_a_read_only_store() {
     s.close().unwrap();
     let ro = tmp.path().join("ro");
     std::fs::create_dir(&ro).unwrap();
-    let run = |args: &[&str]| {
-        std::process::Command::new("mount")
-            .args(args)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !run(&["--bind", dir.to_str().unwrap(), ro.to_str().unwrap()]) {
-        eprintln!("NOTE: skipped: bind mount not allowed");
+    let (d, r) = (dir.to_str().unwrap(), ro.to_str().unwrap());
+    let Some(_unmount) = mount::mount(&["--bind", d], &ro) else {
         return;
-    }
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.0)
-                .status();
-        }
-    }
-    let _u = Unmount(ro.clone());
-    assert!(
-        run(&["-o", "remount,ro,bind", ro.to_str().unwrap()]),
-        "remount read-only"
-    );
+    };
+    // Its own guard too (the second unmount finds nothing mounted: harmless).
+    let remounted = mount::mount(&["-o", "remount,ro,bind"], &ro);
+    assert!(remounted.is_some(), "remount read-only: {r}");
     assert!(
         std::fs::write(ro.join("probe"), b"x").is_err(),
         "the mount is writable"
