@@ -470,3 +470,30 @@ fn offload_to_moves_completed_slices_to_the_second_tier() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// Found by a new-user review (nineteenth session): `record --serve-port` with the port in
+/// use created (and preallocated) its store before failing on the port. The port comes first.
+#[test]
+fn a_serve_port_in_use_leaves_no_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let s = store.to_str().unwrap();
+    let o = run(&[
+        "record",
+        "--store",
+        s,
+        "--serve-port",
+        &port,
+        "--duration",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("cannot serve") && err.contains("another port"),
+        "{err}"
+    );
+    assert!(!store.exists(), "a store was left behind");
+}

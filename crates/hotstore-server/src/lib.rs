@@ -41,4 +41,4 @@ mod waiters;
 pub use config::{parse_size, ServerConfig, PREALLOCATE_ALL};
 pub use error::ServerError;
 pub use record::RecordControl;
-pub use server::{spawn, spawn_on, ServerHandle};
+pub use server::{bind, spawn, spawn_bound, spawn_on, Listeners, ServerHandle};

@@ -88,6 +88,29 @@ pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     start(config, Arc::new(store), None, bound)
 }
 
+/// A server's listeners bound ahead of its store ([`bind`]): the port is reserved (a start
+/// that would fail on it fails before the store is opened) and listens once served
+/// ([`spawn_bound`]).
+pub struct Listeners(Bound);
+
+/// Binds the listeners `config` names, before the caller opens the store to serve.
+pub fn bind(config: &ServerConfig) -> Result<Listeners, ServerError> {
+    let ip = config.validate()?;
+    Ok(Listeners(Bound::bind(config, ip)?))
+}
+
+/// Serves a store the caller opened (as [`spawn_on`]) on listeners bound before it
+/// ([`bind`], with the same `config`).
+pub fn spawn_bound(
+    config: ServerConfig,
+    store: Arc<Store>,
+    recorder: Option<Arc<dyn RecordControl>>,
+    listeners: Listeners,
+) -> Result<ServerHandle, ServerError> {
+    config.validate()?;
+    start(config, store, recorder, listeners.0)
+}
+
 /// The listeners of a server, bound before anything else is started. The TCP socket is
 /// bound (the port is ours) but listens only once the store is open: a listening socket
 /// completes connections, and clients would wait for the whole recovery instead of being
@@ -102,7 +125,7 @@ impl Bound {
     fn bind(config: &ServerConfig, ip: std::net::IpAddr) -> Result<Bound, ServerError> {
         let addr = std::net::SocketAddr::new(ip, config.port);
         let what = format!(
-            "cannot listen on {ip}:{} (choose another --port)",
+            "cannot listen on {ip}:{} (in use? choose another port)",
             config.port
         );
         let cannot = |e| io_err(what.clone())(e);

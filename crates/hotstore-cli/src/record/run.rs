@@ -135,6 +135,17 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
     }
     triggers.sort_by(f64::total_cmp);
 
+    // The server's port before the store: a port in use must not leave a new store behind
+    // (found by a new-user review).
+    let serving = match a.serve_port {
+        Some(port) => {
+            let mut sc = hotstore_server::ServerConfig::for_dir(&dir);
+            sc.port = port;
+            let l = hotstore_server::bind(&sc).map_err(|e| err(format!("cannot serve: {e}")))?;
+            Some((sc, l))
+        }
+        None => None,
+    };
     std::fs::create_dir_all(&dir).map_err(|e| err(format!("create {}: {e}", dir.display())))?;
     let limit = (!a.no_limit).then(|| {
         log!(
@@ -178,13 +189,11 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
     );
     let recorder = Recorder::start(store.clone(), cfg).map_err(err)?;
     install_signals();
-    let server = match a.serve_port {
-        Some(port) => {
-            let mut sc = hotstore_server::ServerConfig::for_dir(&dir);
-            sc.port = port;
+    let server = match serving {
+        Some((sc, listeners)) => {
             let control: Arc<dyn hotstore_server::RecordControl> =
                 Arc::new(Control(recorder.handle()));
-            let s = hotstore_server::spawn_on(sc, store.clone(), Some(control))
+            let s = hotstore_server::spawn_bound(sc, store.clone(), Some(control), listeners)
                 .map_err(|e| err(format!("cannot serve: {e}")))?;
             log!(
                 "hotstore record: serving on {} (RECORD.TRIGGER, RECORD.STATUS)",
