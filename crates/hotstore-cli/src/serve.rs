@@ -94,8 +94,9 @@ pub struct ServeArgs {
     preallocate: Option<u64>,
     /// A second tier in DIR (a disk below a tmpfs store, say): past 80% of --capacity the
     /// first tier's oldest data moves there in the background, still readable and claimable
-    /// (fixed when the store is created) [default: none].
-    #[arg(long, requires = "capacity", value_name = "DIR")]
+    /// (fixed when the store is created: a new store needs --capacity, an existing one keeps
+    /// its stored capacity, and another DIR than its own is refused) [default: none].
+    #[arg(long, value_name = "DIR")]
     offload_to: Option<PathBuf>,
     /// Fragments that make an event complete (READY); 0: only EVENT.SEAL or the timeout
     /// [default: the store's stored policy; 1 for a new store]. Stored with the store.

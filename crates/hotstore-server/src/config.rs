@@ -284,7 +284,12 @@ impl ServerConfig {
                     .into(),
             );
         }
-        if self.offload_to.is_some() && self.capacity == 0 {
+        // A new store needs the capacity; an existing one has it stored (found by a new-user
+        // review: `--offload-to` on an existing bounded store demanded --capacity again).
+        if self.offload_to.is_some()
+            && self.capacity == 0
+            && !self.dir.join(hotstore::META_FILE).exists()
+        {
             return bad(
                 "offload-to needs a capacity: the first tier offloads past 80% of it (set --capacity)"
                     .into(),

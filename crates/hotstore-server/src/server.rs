@@ -59,7 +59,9 @@ pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let mut builder = Store::builder(&config.dir)
         .lanes(config.lanes())
         .page_cache(config.page_cache());
-    if config.capacity > 0 {
+    if config.capacity > 0 || config.offload_to.is_some() {
+        // Capacity 0: the store's stored capacity (an existing store; a new one needs it,
+        // see `validate`). The tiers are checked against the store's own at open.
         builder = builder.tier(TierSpec::new(".").capacity_bytes(config.capacity));
         if let Some(lower) = &config.offload_to {
             builder = builder.tier(TierSpec::new(lower));

@@ -239,6 +239,19 @@ fn offload_to_adds_a_second_tier_and_needs_a_capacity() {
         tiers[0].offload_high_water,
         Some(hotstore::OFFLOAD_HIGH_WATER)
     );
+    drop(s);
+    // Found by a new-user review (nineteenth session): on the existing store, --offload-to
+    // needs no --capacity again (it is stored), and another directory than its own is
+    // refused instead of ignored.
+    let mut again = config(dir.path());
+    again.offload_to = Some("lower".into());
+    spawn(again.clone()).unwrap().shutdown().unwrap();
+    again.offload_to = Some("elsewhere".into());
+    let e = spawn(again)
+        .err()
+        .expect("served with another lower tier")
+        .to_string();
+    assert!(e.contains("fixed when a store is created"), "{e}");
 }
 
 /// Found by a new-user review (nineteenth session): a start that failed on its port (or its
