@@ -487,7 +487,7 @@ impl Inner {
         // groups 80% live takes a file and frees one (room unchanged) while its lane's tail
         // grows by a fifth of a file (found in review: counting room alone gave up below the
         // guaranteed live bytes).
-        let room = |inner: &Inner| {
+        let progress = |inner: &Inner| {
             (0..inner.tiers.len())
                 .map(|t| inner.relocation_budget(t))
                 .sum::<u64>()
@@ -499,7 +499,7 @@ impl Inner {
             if has_room(self) || self.is_poisoned.load(Ordering::Acquire) {
                 break;
             }
-            let before = room(self);
+            let before = progress(self);
             let (mut moved, mut busy) = (false, false);
             for tier in 0..self.tiers.len() {
                 let mut rule = self.cleaning_rule(tier, 1.0, true);
@@ -531,7 +531,7 @@ impl Inner {
             // Groups moved but the room did not grow (records that pack no tighter than they
             // were, or writers taking it as fast): more rounds would copy data for nothing.
             // Not for a removal, which must succeed: it tries every step, as before.
-            if !for_removal && room(self) <= before {
+            if !for_removal && progress(self) <= before {
                 fruitless += 1;
                 if fruitless >= MAKE_ROOM_FRUITLESS_ROUNDS {
                     break;
