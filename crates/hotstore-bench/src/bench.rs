@@ -178,6 +178,14 @@ pub struct Report {
     synced_limit_bytes_per_sec: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     synced_ratio: Option<f64>,
+    /// Put into a fresh, not preallocated store on a memory file system: a copy into new
+    /// pages of that file system (the kernel allocating and zeroing each page on first touch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fresh_limit_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fresh_limit_bytes_per_sec: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fresh_ratio: Option<f64>,
     repeat: usize,
     runs: Vec<Run>,
     /// Peers measured in the same run (`--vs`), medians of as many runs.
@@ -431,6 +439,7 @@ pub fn run(cfg: &Config) -> Result<Report> {
         Op::Get => limits::memcpy_bandwidth(cfg.threads, MEMCPY_BUFFER_BYTES, LIMIT_RUN, 3),
     };
     let synced_limit = synced_limit(&base, cfg);
+    let fresh_limit = fresh_limit(&base, cfg);
     let mut runs = Vec::with_capacity(cfg.repeat);
     let mut domain = (Domain::Volatile, "mapped");
     let mut key_count = None;
@@ -534,6 +543,9 @@ pub fn run(cfg: &Config) -> Result<Report> {
     let synced_ratio = synced_limit
         .as_ref()
         .map(|l| m.bytes_per_sec / l.bytes_per_sec.max(1e-9));
+    let fresh_ratio = fresh_limit
+        .as_ref()
+        .map(|l| m.bytes_per_sec / l.bytes_per_sec.max(1e-9));
     Ok(Report {
         op: cfg.op,
         value_size: cfg.value_size,
@@ -566,6 +578,9 @@ pub fn run(cfg: &Config) -> Result<Report> {
         synced_limit_name: synced_limit.as_ref().map(|l| l.name.clone()),
         synced_limit_bytes_per_sec: synced_limit.map(|l| l.bytes_per_sec),
         synced_ratio,
+        fresh_limit_name: fresh_limit.as_ref().map(|l| l.name.clone()),
+        fresh_limit_bytes_per_sec: fresh_limit.map(|l| l.bytes_per_sec),
+        fresh_ratio,
         repeat: cfg.repeat,
         runs,
         peers,
@@ -586,6 +601,18 @@ fn synced_limit(base: &std::path::Path, cfg: &Config) -> Option<Limit> {
         .next_multiple_of(4096)
         .min(64 << 20);
     limits::direct_synced_write_bandwidth(base, block, LIMIT_RUN, 4 << 30, 3).ok()
+}
+
+/// For a put into a fresh store on a memory file system, neither preallocated nor recycling
+/// (`--keep`): the rate of copying into new pages of that file system, which bounds any
+/// writer there until files are reused (the memcpy limit assumes pages already in place).
+/// `None` otherwise, or where the probe fails.
+fn fresh_limit(base: &std::path::Path, cfg: &Config) -> Option<Limit> {
+    let fresh = cfg.op == Op::Put && cfg.preallocate.is_none() && cfg.keep == 0;
+    if !fresh || !limits::is_memory_fs(base) {
+        return None;
+    }
+    limits::fresh_pages_bandwidth(base, LIMIT_RUN, 2 << 30, 3).ok()
 }
 
 /// Header and a 16-byte key: what a record adds to its value, rounded up.
@@ -705,6 +732,16 @@ impl fmt::Display for Report {
         ) {
             ratio += &format!(
                 "\nsynced: {name}: {}/s (the same work as a Persisted put); ratio {q:.3}",
+                human_bytes(b)
+            );
+        }
+        if let (Some(name), Some(b), Some(q)) = (
+            &r.fresh_limit_name,
+            r.fresh_limit_bytes_per_sec,
+            r.fresh_ratio,
+        ) {
+            ratio += &format!(
+                "\nfresh:  {name}: {}/s (a fresh store's files are new pages); ratio {q:.3}",
                 human_bytes(b)
             );
         }

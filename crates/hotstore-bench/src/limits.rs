@@ -484,6 +484,100 @@ pub fn write_limit_for(dir: &Path, threads: usize, duration: Duration) -> Limit 
     }
 }
 
+/// Size of each new file [`fresh_pages_bandwidth`] writes.
+const FRESH_FILE_BYTES: usize = 64 << 20;
+
+/// What writing into *new* memory of a memory file system costs: new files of 64 MiB under
+/// `dir`, each sized, mapped shared and written by one thread with 1 MiB `memcpy`s, so that
+/// every page is allocated, zeroed and mapped by the kernel on first touch (what a hand-written
+/// buffer does on a fresh tmpfs file, and what a fresh store's files cost before they are
+/// recycled). At most `max_bytes` are written per run (files are removed as the run goes, and
+/// neither the removal nor the mapping's setup is timed). Median of `repeats` runs of about
+/// `duration`. Fails only if a file cannot be made or mapped (e.g. a full file system).
+pub fn fresh_pages_bandwidth(
+    dir: &Path,
+    duration: Duration,
+    max_bytes: u64,
+    repeats: usize,
+) -> io::Result<Limit> {
+    // A page touched past the file system's space would kill the process (SIGBUS), so the
+    // one file in use at a time must fit twice over.
+    probe_cap(
+        FRESH_FILE_BYTES as u64,
+        hotstore::free_space_bytes(dir),
+        FRESH_FILE_BYTES as u64,
+    )
+    .map_err(|e| io::Error::new(e.kind(), format!("{e} under {}", dir.display())))?;
+    // Removed when dropped and on SIGINT/SIGTERM (see `ScratchDir`).
+    let scratch = crate::scratch::ScratchDir::new_in(dir, "fresh-pages")
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let src = vec![0x5au8; 1 << 20];
+    let mut rates = Vec::with_capacity(repeats.max(1));
+    for _ in 0..repeats.max(1) {
+        let (mut bytes, mut busy) = (0u64, Duration::ZERO);
+        while busy < duration && bytes < max_bytes {
+            let file = tempfile::tempfile_in(scratch.path())?;
+            file.set_len(FRESH_FILE_BYTES as u64)?;
+            let mut map = SharedMap::new(&file, FRESH_FILE_BYTES)?;
+            let started = Instant::now();
+            for chunk in map.as_mut_slice().chunks_mut(src.len()) {
+                chunk.copy_from_slice(&src[..chunk.len()]);
+            }
+            std::hint::black_box(map.as_mut_slice()[FRESH_FILE_BYTES - 1]);
+            busy += started.elapsed();
+            bytes += FRESH_FILE_BYTES as u64;
+        }
+        rates.push(per_sec(bytes, busy));
+    }
+    Ok(Limit {
+        name: "memcpy into new pages of this file system (64 MiB files, first touch)".into(),
+        bytes_per_sec: median(&rates).unwrap_or(0.0),
+    })
+}
+
+/// A shared read-write mapping of a whole file, unmapped on drop.
+struct SharedMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl SharedMap {
+    fn new(file: &std::fs::File, len: usize) -> io::Result<Self> {
+        use std::os::fd::AsRawFd;
+        // Safety: maps `len` bytes of a file at least that long; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SharedMap {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // Safety: the mapping is `len` bytes, readable and writable, owned by this struct
+        // (the benchmark's own temporary file); the exclusive borrow makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // Safety: unmaps exactly the mapping made in `new`, once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
 /// Bytes per second, guarding against a zero elapsed time on coarse clocks.
 fn per_sec(bytes: u64, elapsed: Duration) -> f64 {
     bytes as f64 / elapsed.as_secs_f64().max(1e-9)
@@ -538,6 +632,17 @@ mod tests {
         let e = probe_cap(8 << 30, Some(MIB), MIB).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::StorageFull);
         assert!(e.to_string().contains("too little"), "{e}");
+    }
+
+    #[test]
+    fn fresh_pages_are_measured_and_leave_nothing_behind() {
+        let tmp = tempfile::tempdir_in(std::env::temp_dir()).expect("tempdir");
+        let limit = fresh_pages_bandwidth(tmp.path(), Duration::from_millis(20), 128 << 20, 1)
+            .expect("fresh pages limit");
+        assert!(limit.bytes_per_sec > 0.0, "{limit:?}");
+        assert!(limit.name.contains("new pages"), "{limit:?}");
+        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     fn check_direct_write(dir: &Path) {

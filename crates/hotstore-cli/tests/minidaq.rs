@@ -81,6 +81,33 @@ fn bad_input_is_refused_clearly() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("fragment-size"));
 }
 
+/// Regression: a sweep with `--no-limit` printed its limit as "not measured (--no-limit): 0 B/s".
+#[test]
+fn a_sweep_without_a_limit_prints_no_rate_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("sweep.png");
+    let out = minidaq(&[
+        "--sweep",
+        "fragment-size=1000,2000",
+        "--events",
+        "500",
+        "--mode",
+        "fill-drain",
+        "--capacity",
+        "64MiB",
+        "--no-limit",
+        "--plot",
+        png.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("limit:   not measured (--no-limit)\n"),
+        "{text}"
+    );
+    assert!(!text.contains("0 B/s"), "{text}");
+}
+
 /// Regression: a readout thread waiting for space in a full store when the run's time was up
 /// (which stops the collectors too) waited 10 s for space that could no longer come, then
 /// failed the run with "store full". Two readout threads against one collector keep a small

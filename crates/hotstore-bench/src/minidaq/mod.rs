@@ -388,13 +388,18 @@ impl Sweep {
 
 impl fmt::Display for Sweep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "limit:   {}: {}/s\nplot:    {}",
-            self.limit.name,
-            human_bytes(self.limit.bytes_per_sec),
-            self.plot.display()
-        )
+        // Fix (noticed in a review): `--no-limit` printed "not measured (--no-limit): 0 B/s".
+        if self.limit.bytes_per_sec > 0.0 {
+            writeln!(
+                f,
+                "limit:   {}: {}/s",
+                self.limit.name,
+                human_bytes(self.limit.bytes_per_sec)
+            )?;
+        } else {
+            writeln!(f, "limit:   {}", self.limit.name)?;
+        }
+        write!(f, "plot:    {}", self.plot.display())
     }
 }
 
