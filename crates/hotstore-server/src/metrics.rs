@@ -173,6 +173,9 @@ pub struct Metrics {
     pub bytes_out: Counter,
     /// Connections accepted.
     pub connections_total: Counter,
+    /// Requests run while the store was short of room, on a thread of their own
+    /// (`block_in_place`), so that waiting for relocation held no other connection.
+    pub off_worker: Counter,
     /// Group commits done (also in `group_commit`).
     pub syncs: Counter,
     /// Requests covered by group commits (also in `group_commit`).
@@ -218,6 +221,7 @@ impl Metrics {
             bytes_in: Counter::default(),
             bytes_out: Counter::default(),
             connections_total: Counter::default(),
+            off_worker: Counter::default(),
             group_commit: GroupCommitMetrics {
                 syncs: syncs.clone(),
                 requests: synced_requests.clone(),
@@ -332,6 +336,13 @@ impl Metrics {
         for (kind, c) in ERROR_KINDS.iter().zip(&self.errors) {
             p.sample(&[("kind", kind)], c.get());
         }
+        p.single(
+            "hotstore_requests_off_worker_total",
+            Kind::Counter,
+            "Requests run on a thread of their own because the store was short of room (a \
+             write may wait for relocation; the worker's other clients go on meanwhile)",
+            self.off_worker.get(),
+        );
         p.single(
             "hotstore_net_input_bytes_total",
             Kind::Counter,

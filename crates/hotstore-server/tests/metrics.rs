@@ -220,3 +220,40 @@ fn event_ages_and_group_metrics_pass_promtool() {
     drop(cl);
     server.shutdown().unwrap();
 }
+
+/// Found in a full-device campaign: a SET on a full store waited on its worker thread while
+/// maintenance relocated records for room, and every other connection of that worker waited
+/// with it (a PING took 14.6 s). While the store is short of room, requests run on a thread
+/// of their own; the page counts them.
+#[test]
+fn requests_on_a_store_short_of_room_run_off_the_worker() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = config(tmp.path());
+    c.metrics_port = Some(0);
+    c.capacity = 64 << 20;
+    c.durability = hotstore::Durability::Memory;
+    let server = hotstore_server::spawn(c).unwrap();
+    let maddr = server.metrics_addr().unwrap();
+    let off_worker = || samples(&scrape(maddr).1)["hotstore_requests_off_worker_total"];
+    let mut cl = Client::connect(server.tcp_addr());
+    let v = vec![7u8; 1 << 20];
+    let mut fulls = 0;
+    for i in 0..256 {
+        cl.send(&[b"SET", format!("k{i}").as_bytes(), &v]);
+        let r = cl.line();
+        if r != "+OK" {
+            assert!(r.starts_with("-FULL"), "{r}");
+            fulls += 1;
+            if fulls == 4 {
+                break;
+            }
+        } else {
+            assert_eq!(fulls, 0, "a SET succeeded after -FULL without any removal");
+        }
+    }
+    assert_eq!(fulls, 4, "a 64 MiB store took 256 x 1 MiB");
+    // Each refused SET found the store short of room a moment before the next request.
+    assert!(off_worker() >= 1.0);
+    assert_eq!(cl.call(&["PING"]), "+PONG");
+    server.shutdown().unwrap();
+}

@@ -13,6 +13,13 @@ pub(crate) fn after(from: Instant, d: Duration) -> Instant {
     from + d.min(NEVER)
 }
 
+/// Milliseconds on a monotonic clock, counted from the first call in this process plus one,
+/// so 0 can mean "never".
+pub(crate) fn mono_ms() -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
+
 /// [`after`] from now.
 pub(crate) fn from_now(d: Duration) -> Instant {
     after(Instant::now(), d)

@@ -37,6 +37,9 @@ impl Inner {
                 Ok((seg, off)) => return Ok((lane, seg, off)),
                 Err(e) if e.is_full() => {
                     drop(lane);
+                    self.counters
+                        .short_of_room_at_ms
+                        .store(crate::clock::mono_ms(), Ordering::Relaxed);
                     if deadline.is_none() {
                         deadline = full_wait.map(crate::clock::from_now);
                     }

@@ -58,6 +58,9 @@ pub(crate) struct Lane {
     pub(crate) bytes: u64,
 }
 
+/// How long [`Store::short_of_room`] stays true after a write found no room.
+pub const SHORT_OF_ROOM_FOR: Duration = Duration::from_secs(1);
+
 /// Keeps each lane on its own cache lines.
 #[repr(align(128))]
 pub(crate) struct PaddedLane(pub(crate) Mutex<Lane>);
@@ -74,6 +77,9 @@ pub(crate) struct Counters {
     pub(crate) sync_waits: WaitCounter,
     /// Direct puts whose first block was written again under a newer lsn (`put_direct`).
     pub(crate) direct_rewrites: AtomicU64,
+    /// When a write last found no room ([`crate::clock::mono_ms`]; 0: never): see
+    /// [`Store::short_of_room`].
+    pub(crate) short_of_room_at_ms: AtomicU64,
 }
 
 /// How often something waited, and for how long in total.
@@ -186,6 +192,19 @@ impl Store {
     /// The store directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+
+    /// True if a write found no room within the last [`SHORT_OF_ROOM_FOR`]: writes may then
+    /// wait while maintenance relocates records to free space (tens of milliseconds per
+    /// segment moved). A server checks it to run requests where such a wait holds no other
+    /// client. One relaxed load while no write has ever found the store full.
+    pub fn short_of_room(&self) -> bool {
+        let at = self
+            .inner
+            .counters
+            .short_of_room_at_ms
+            .load(Ordering::Relaxed);
+        at != 0 && crate::clock::mono_ms().saturating_sub(at) < SHORT_OF_ROOM_FOR.as_millis() as u64
     }
 
     /// Counts, sizes and per-tier power safety.
