@@ -2,13 +2,22 @@
 //! recovery found when opening it.
 
 use crate::util::{short_path, CliResult, Out};
-use hotstore::{RecoveryReport, Stats, Store};
+use hotstore::{RecoveryMode, RecoveryReport, Stats, Store};
 use hotstore_bench::util::human_bytes;
 use std::path::Path;
 
-/// Opens the store in `dir` (never creating one) and prints its figures.
-pub fn run(dir: &Path, json: bool) -> CliResult<()> {
-    let store = Store::builder(dir).create_if_missing(false).open()?;
+/// Opens the store in `dir` (never creating one; with `salvage`, even one whose recovery found
+/// damage: see [`RecoveryMode::Salvage`]) and prints its figures.
+pub fn run(dir: &Path, json: bool, salvage: bool) -> CliResult<()> {
+    let mode = if salvage {
+        RecoveryMode::Salvage
+    } else {
+        RecoveryMode::Strict
+    };
+    let store = Store::builder(dir)
+        .create_if_missing(false)
+        .recovery(mode)
+        .open()?;
     let stats = store.stats();
     let report = store.recovery_report().clone();
     // Closing reports errors that dropping would hide.

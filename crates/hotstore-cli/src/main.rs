@@ -77,10 +77,20 @@ enum Command {
 ///
 /// Note: opening is not read-only: recovery writes missing segment summaries, and the engine
 /// may pre-create segment files while the store is open.
+///
+/// With `--salvage`, a store that recovery refuses (damage followed by intact records, e.g.
+/// after a power cut or bit rot, or segment files missing from the store's list) is opened
+/// anyway: every intact record is kept, the damage is skipped and missing files are dropped
+/// from the list, and the report names each (SKIPPED, MISSING). Done once: the store is then
+/// left so that later opens, by any tool or server, are clean.
 #[derive(Args)]
 struct InspectArgs {
     /// Store directory.
     dir: PathBuf,
+    /// Open even a store that recovery refuses, keeping every intact record and skipping
+    /// (and reporting) the damage. Check the damage first with `hotstore verify`.
+    #[arg(long)]
+    salvage: bool,
     /// Print one JSON object `{"dir", "stats", "recovery"}` instead of text.
     #[arg(long)]
     json: bool,
@@ -165,7 +175,7 @@ impl From<DurabilityArg> for Durability {
 
 fn run(cli: Cli) -> CliResult<ExitCode> {
     match cli.command {
-        Command::Inspect(a) => inspect::run(&a.dir, a.json)?,
+        Command::Inspect(a) => inspect::run(&a.dir, a.json, a.salvage)?,
         Command::Verify(a) => return verify::run(&a.dir, a.json),
         Command::Dump(a) => dump::run(&a.dir, a.json)?,
         Command::Compact(a) => compact::run(&a.dir, a.json)?,

@@ -196,7 +196,13 @@ pub fn run(a: ServeArgs) -> CliResult<()> {
     let config = config_from(a)?;
     let dir = config.dir.clone();
     let durability = format!("{:?}", config.durability).to_lowercase();
-    let server = hotstore_server::spawn(config).map_err(|e| CliError::Msg(e.to_string()))?;
+    let server = hotstore_server::spawn(config).map_err(|e| {
+        let hint = match &e {
+            hotstore_server::ServerError::Store(se) => crate::util::salvage_hint(se),
+            _ => "",
+        };
+        CliError::Msg(format!("{e}{hint}"))
+    })?;
     let mut out = std::io::stdout().lock();
     if let Some(store) = server.store() {
         let s = store.stats();

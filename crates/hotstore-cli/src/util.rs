@@ -33,7 +33,21 @@ impl fmt::Display for CliError {
 
 impl From<hotstore::Error> for CliError {
     fn from(e: hotstore::Error) -> Self {
-        CliError::Msg(e.to_string())
+        CliError::Msg(format!("{e}{}", salvage_hint(&e)))
+    }
+}
+
+/// For an open that recovery refused: the commands that salvage the store, after the
+/// library's message (which names `RecoveryMode::Salvage`: no command could open such a
+/// store, found in review). Empty for any other error.
+pub fn salvage_hint(e: &hotstore::Error) -> &'static str {
+    match e {
+        hotstore::Error::Corruption { .. } | hotstore::Error::MissingFiles { .. } => {
+            "\nWith this tool: `hotstore verify DIR` lists the damage; `hotstore inspect \
+             --salvage DIR` opens the store once that way and reports what it skipped, and \
+             later opens are clean"
+        }
+        _ => "",
     }
 }
 
