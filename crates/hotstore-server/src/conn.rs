@@ -120,11 +120,15 @@ where
                     }
                     let flow = if ranges.is_empty() {
                         Flow::Continue
-                    } else if shared.store.short_of_room() && on_worker_pool() {
+                    } else if shared.store.short_of_room()
+                        && commands::writes(&inbuf[ranges[0].clone()])
+                        && on_worker_pool()
+                    {
                         // A write may now wait while maintenance relocates records for room
                         // (tens of milliseconds per segment): the worker's other connections
-                        // move to another thread meanwhile. Found in a full-device campaign:
-                        // a PING waited 14.6 s behind a SET on a full store.
+                        // move to another thread meanwhile (reads never wait: they stay).
+                        // Found in a full-device campaign: a PING waited 14.6 s behind a SET
+                        // on a full store.
                         shared.metrics.off_worker.inc();
                         tokio::task::block_in_place(|| {
                             execute(shared, state, &inbuf, &ranges, &mut out)

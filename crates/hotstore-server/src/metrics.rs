@@ -339,8 +339,8 @@ impl Metrics {
         p.single(
             "hotstore_requests_off_worker_total",
             Kind::Counter,
-            "Requests run on a thread of their own because the store was short of room (a \
-             write may wait for relocation; the worker's other clients go on meanwhile)",
+            "Write requests run on a thread of their own because the store was short of room \
+             (a write may wait for relocation; the worker's other clients go on meanwhile)",
             self.off_worker.get(),
         );
         p.single(

@@ -448,3 +448,42 @@ fn tiers_sharing_a_file_system_share_its_room_in_the_guarantee() {
         "{promised} bytes promised on a 64 MiB file system"
     );
 }
+
+/// A server runs requests off its workers while `short_of_room` says so. It must say so
+/// before the first write finds no room (maintenance watches the room left: that write would
+/// otherwise wait for relocation on a worker), keep saying so after a StoreFull, and not on a
+/// store with room.
+#[test]
+fn short_of_room_is_said_before_the_first_write_finds_no_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::builder(dir.path())
+        .segment_size_bytes(1 << 20)
+        .tier(TierSpec::new(".").capacity_bytes(16 << 20))
+        .open()
+        .unwrap();
+    let opts = WriteOptions::from(Durability::Memory);
+    assert!(!s.short_of_room(), "an empty store");
+    // Fill until fewer than two files are left beyond the reserve (pooled files are room
+    // too), with no write refused.
+    let (cap, seg, reserve) = (16u64 << 20, 1u64 << 20, s.stats().reserve_bytes);
+    let mut k = 0u32;
+    while s.stats().tiers[0].segments as u64 * seg + reserve + 2 * seg <= cap {
+        s.put_with(&k.to_be_bytes(), &[1u8; 4000], opts).unwrap();
+        k += 1;
+    }
+    // Maintenance looks every 200 ms; it may be slow on a busy machine, never wrong.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !s.short_of_room() {
+        assert!(Instant::now() < deadline, "never said short of room");
+        // Its mark lasts a second: keep the store near full meanwhile.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    loop {
+        match s.put_with(&k.to_be_bytes(), &[1u8; 4000], opts) {
+            Ok(()) => k += 1,
+            Err(e) if e.is_full() => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(s.short_of_room(), "right after a StoreFull");
+}

@@ -306,6 +306,11 @@ pub fn lookup(name: &[u8]) -> Option<usize> {
         .position(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
+/// True if the command named `name` writes (COMMAND's `write` flag).
+pub fn writes(name: &[u8]) -> bool {
+    lookup(name).is_some_and(|i| COMMANDS[i].flags.contains(&"write"))
+}
+
 fn unknown_command(args: &Args) -> String {
     let mut msg = format!(
         "ERR unknown command '{}', with args beginning with: ",

@@ -27,6 +27,7 @@ impl Upkeep for Inner {
         if !self.is_poisoned.load(Ordering::Acquire) {
             self.relocate_background();
         }
+        note_low_room(self);
     }
 
     fn make_room(&self, need: u64, for_removal: bool) -> bool {
@@ -35,6 +36,19 @@ impl Upkeep for Inner {
 
     fn compact(&self, report: &mut dyn FnMut(u64, u64)) -> crate::Result<u64> {
         self.compact_all(report)
+    }
+}
+
+/// Marks the store short of room ([`Store::short_of_room`]) while no tier has room for two
+/// more files beyond the put reserve: the next writes may ask for room and wait for
+/// relocation, and a server can run them off its workers before the first one waits.
+fn note_low_room(inner: &Inner) {
+    let low = inner.put_reserve() + 2 * inner.tiers[0].segment_size as u64;
+    if inner.tiers.iter().all(|t| t.room_bytes() < low) {
+        inner
+            .counters
+            .short_of_room_at_ms
+            .store(crate::clock::mono_ms(), Ordering::Relaxed);
     }
 }
 
