@@ -223,6 +223,26 @@ def _fragments(reply: Optional[Sequence[Any]]) -> List[Fragment]:
     return [Fragment(int(d), int(c), bytes(v)) for d, c, v in (reply or [])]
 
 
+def as_value(value: Any) -> Any:
+    """A value as redis-py sends it right: bytes, str, int and float as they are; any other
+    buffer (a numpy array, a memoryview of one, bytearray...) as a flat byte view.
+
+    Fix (found in review): redis-py refuses a numpy array (``DataError``) and sends a
+    memoryview with ``len()`` as its length, which counts items, not bytes: a memoryview of
+    a uint16 array announced half its bytes and broke the connection's framing (``Protocol
+    error: bulk string not terminated by CRLF``). The embedded store takes any buffer.
+    """
+    if isinstance(value, (bytes, str, int, float)):
+        return value
+    try:
+        view = memoryview(value)
+    except TypeError:
+        return value  # not a buffer: redis-py says what it accepts
+    if view.c_contiguous:
+        return view.cast("B") if (view.ndim != 1 or view.format != "B") else view
+    return view.tobytes()  # a copy, in C order
+
+
 def _durability(args: List[Any], durability: Optional[str]) -> List[Any]:
     if durability is not None:
         if durability not in DURABILITIES:
@@ -357,7 +377,9 @@ class HotstoreClient:
         :class:`StoreFullError` if the store is full.
         """
         self.execute(
-            *_durability(["FRAG.PUT", run, event, detector, component, value], durability)
+            *_durability(
+                ["FRAG.PUT", run, event, detector, component, as_value(value)], durability
+            )
         )
 
     def frag_put_many(
@@ -379,7 +401,9 @@ class HotstoreClient:
         n = 0
         for run, event, detector, component, value in fragments:
             pipe.execute_command(
-                *_durability(["FRAG.PUT", run, event, detector, component, value], durability)
+                *_durability(
+                    ["FRAG.PUT", run, event, detector, component, as_value(value)], durability
+                )
             )
             n += 1
         if n == 0:

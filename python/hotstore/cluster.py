@@ -50,6 +50,7 @@ from .client import (
     HotstoreClient,
     NoGroupError,
     _durability,
+    as_value,
     _fragments,
     map_error,
 )
@@ -320,7 +321,9 @@ class ClusterClient:
         once it meets its durability. Raises as :meth:`HotstoreClient.frag_put`, and
         :class:`NodeUnavailableError` if the event's node does not answer."""
         tag = event_tag(run, event)
-        self.execute(tag, *_durability(["FRAG.PUT", tag, detector, component, value], durability))
+        self.execute(
+            tag, *_durability(["FRAG.PUT", tag, detector, component, as_value(value)], durability)
+        )
 
     def frag_get(self, run: int, event: int, detector: int, component: int) -> Optional[bytes]:
         """The value of one fragment (``FRAG.GET``), or None if it is not stored."""

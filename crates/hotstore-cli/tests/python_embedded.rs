@@ -1,5 +1,6 @@
-//! Runs the embedded Python binding's pytest suite (tests/python/test_embedded.py and
-//! tests/python/test_embedded_review.py) against the installed `hotstore` package:
+//! Runs the embedded Python binding's pytest suite (tests/python/test_embedded.py,
+//! test_embedded_review.py, test_embedded_pipeline_review.py, and the client's value
+//! packing in test_client_pipeline_review.py) against the installed `hotstore` package:
 //! `scripts/test` builds and installs it first (`pip install ./python`, a release build of
 //! crates/hotstore-py). Fails (does not skip) when the package or pytest is missing. After
 //! changing crates/hotstore or crates/hotstore-py, install the package again (scripts/test
@@ -41,6 +42,8 @@ fn embedded_python_binding_pytest() {
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(repo_root().join("tests/python/test_embedded.py"))
         .arg(repo_root().join("tests/python/test_embedded_review.py"))
+        .arg(repo_root().join("tests/python/test_embedded_pipeline_review.py"))
+        .arg(repo_root().join("tests/python/test_client_pipeline_review.py"))
         .current_dir(tmp.path())
         .stdin(Stdio::null())
         .output()

@@ -130,7 +130,12 @@ impl PyBuf {
         }
         // Safety: a zeroed Py_buffer is a valid "no export yet" value.
         let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
-        let mut flags = ffi::PyBUF_C_CONTIGUOUS;
+        // PyBUF_FORMAT too: an exporter whose items are not plain bytes can refuse. numpy
+        // exports an object-dtype array without a format (its items are PyObject pointers):
+        // a put stored the pointers, and get_into wrote bytes over them (a segfault at the
+        // next read of the array). Asked for a format, numpy refuses ("cannot include dtype
+        // 'O' in a buffer"), as memoryview() and bytes() do.
+        let mut flags = ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_FORMAT;
         if writable {
             flags |= ffi::PyBUF_WRITABLE;
         }
@@ -153,7 +158,19 @@ impl PyBuf {
             );
             return Err(PyTypeError::new_err(msg));
         }
-        Ok(PyBuf { view })
+        let buf = PyBuf { view };
+        // An exporter may still hand out object pointers with a format: 'O' anywhere in it.
+        if !buf.view.format.is_null() {
+            // Safety: a non-null format is a NUL-terminated string owned by the export.
+            let fmt = unsafe { std::ffi::CStr::from_ptr(buf.view.format) };
+            if fmt.to_bytes().contains(&b'O') {
+                return Err(PyTypeError::new_err(format!(
+                    "{what} must hold plain data, not Python objects (buffer format {:?}): an object array holds pointers",
+                    fmt.to_string_lossy()
+                )));
+            }
+        }
+        Ok(buf)
     }
 
     fn len(&self) -> usize {
@@ -220,9 +237,33 @@ fn ack_kind(how: &str) -> PyResult<Ack> {
     }
 }
 
-/// Parses JSON made by serde_json into Python objects with the json module.
+/// Parses JSON made by serde_json into Python objects with the json module. Durations are
+/// seconds (floats), as everywhere in the Python API. Fix (found in review): serde writes a
+/// `Duration` as `{"secs": .., "nanos": ..}`, which pending(), groups() and consumers()
+/// handed out as such.
 fn json_to_py<'py>(py: Python<'py>, v: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
-    let text = serde_json::to_string(v).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    fn seconds_for_durations(v: &mut serde_json::Value) {
+        use serde_json::Value as J;
+        match v {
+            J::Object(m) => {
+                if m.len() == 2 {
+                    if let (Some(s), Some(n)) = (
+                        m.get("secs").and_then(J::as_u64),
+                        m.get("nanos").and_then(J::as_u64),
+                    ) {
+                        *v = J::from(s as f64 + n as f64 / 1e9);
+                        return;
+                    }
+                }
+                m.values_mut().for_each(seconds_for_durations);
+            }
+            J::Array(a) => a.iter_mut().for_each(seconds_for_durations),
+            _ => {}
+        }
+    }
+    let mut json = serde_json::to_value(v).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    seconds_for_durations(&mut json);
+    let text = json.to_string();
     py.import("json")?.call_method1("loads", (text,))
 }
 
@@ -240,10 +281,48 @@ struct Shared {
     open_reservations: AtomicUsize,
     durability: Durability,
     path: String,
+    /// The process that opened the store. A fork of it (multiprocessing's default start
+    /// method on Linux) inherits the Store object but not the engine's threads, and shares
+    /// its segment files and writer lanes with the parent: its writes would land where the
+    /// parent's next writes go (acknowledged, then lost), and closing it joins threads that
+    /// do not exist in it (a panic). A forked child is refused ([`Shared::forked`]).
+    pid: u32,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // In a forked child the engine is not the child's to shut down (no maintenance thread
+        // to join, the parent's files): leave it, the child's copy of its memory goes with
+        // the child.
+        if self.pid != std::process::id() {
+            if let Some(engine) = self.engine.get_mut().take() {
+                std::mem::forget(engine);
+            }
+        }
+    }
 }
 
 impl Shared {
+    /// StoreClosed for a Store used in a process forked from the one that opened it.
+    fn forked(&self) -> PyErr {
+        py_error(
+            "StoreClosed",
+            format!(
+                "the store at {} was opened by process {}, and this process ({}) is a fork of \
+                 it: a store is used by the process that opened it; open it in this process \
+                 instead (once the parent closed it), or start workers with the \"spawn\" or \
+                 \"forkserver\" method of multiprocessing",
+                self.path,
+                self.pid,
+                std::process::id()
+            ),
+        )
+    }
+
     fn engine(&self) -> PyResult<Arc<Engine>> {
+        if self.pid != std::process::id() {
+            return Err(self.forked());
+        }
         self.engine.read().clone().ok_or_else(|| {
             py_error(
                 "StoreClosed",
@@ -260,7 +339,9 @@ impl Shared {
             return Err(py_error(
                 "ReservationOpen",
                 "this thread holds an open reservation of this store (it holds a writer lane \
-                 until it is committed or aborted): commit or abort it before writing again"
+                 until it is committed or aborted): commit or abort it before writing again (a \
+                 `with store.reserve(...)` block that raised is discarded once the arrays over \
+                 it are gone: del them)"
                     .into(),
             ));
         }
@@ -366,6 +447,7 @@ impl Store {
                 open_reservations: AtomicUsize::new(0),
                 durability: default,
                 path: path.display().to_string(),
+                pid: std::process::id(),
             }),
         })
     }
@@ -403,6 +485,14 @@ impl Store {
     /// Closes the store: seals, persists and releases it. Values returned by get() stay
     /// valid; the directory stays locked until the last of them is released.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.shared.pid != std::process::id() {
+            // A forked child: the store is the parent's. Forget the child's copy of it (see
+            // `Shared::pid`); the parent's store stays open.
+            if let Some(engine) = self.shared.engine.write().take() {
+                std::mem::forget(engine);
+            }
+            return Ok(());
+        }
         if self.shared.open_reservations.load(Ordering::SeqCst) > 0 {
             return Err(py_error(
                 "ReservationOpen",
@@ -467,7 +557,7 @@ impl Store {
         let key = key_bytes(key)?;
         let engine = self.shared.engine()?;
         let r = py.detach(|| engine.get_ref(&key)).py()?;
-        Ok(r.map(|r| PyBytes::new(py, &r)))
+        r.map(|r| bytes_without_gil(py, &r)).transpose()
     }
 
     /// Copies the value of `key` into `out` (a writable buffer of exactly the value's
@@ -607,6 +697,7 @@ impl Store {
             ptr: SendPtr(ptr),
             len,
             exports: AtomicUsize::new(0),
+            abort_on_release: std::sync::atomic::AtomicBool::new(false),
             thread: me,
             shared: self.shared.clone(),
         })
@@ -805,8 +896,8 @@ impl Store {
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let id = event_id_of(event)?;
         let engine = self.shared.engine()?;
-        engine
-            .event_info(&id)
+        // The first event call of a store starts tracking events: a pass over every key.
+        py.detach(|| engine.event_info(&id))
             .map(|i| json_to_py(py, &i))
             .transpose()
     }
@@ -838,9 +929,31 @@ impl Store {
     }
 
     /// Starts keeping event state now (see Store::track_events in the engine).
-    fn track_events(&self) -> PyResult<()> {
-        self.shared.engine()?.track_events();
+    fn track_events(&self, py: Python<'_>) -> PyResult<()> {
+        let engine = self.shared.engine()?;
+        // One pass over every key the first time (0.5 s for a million): without the GIL.
+        py.detach(|| engine.track_events());
         Ok(())
+    }
+}
+
+/// A copy of `v` as a new bytes object, copied with the GIL released (the README promises it
+/// for every call that copies a value: a 200 MiB get_bytes held it for 170 ms).
+/// Not `PyBytes::new_with`: it zero-fills the new object first, with the GIL, and that first
+/// touch of fresh pages is most of a large copy's time.
+fn bytes_without_gil<'py>(py: Python<'py>, v: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+    let n = v.len() as ffi::Py_ssize_t;
+    // Safety: a NULL source asks CPython for an uninitialised bytes object of `n` bytes, which
+    // we own (nobody else has a reference) and fill completely below before returning it.
+    unsafe {
+        let obj = ffi::PyBytes_FromStringAndSize(std::ptr::null(), n);
+        let obj = Bound::from_owned_ptr_or_err(py, obj)?;
+        let dst = SendPtr(ffi::PyBytes_AsString(obj.as_ptr()) as *mut u8);
+        py.detach(move || {
+            let dst = dst;
+            std::ptr::copy_nonoverlapping(v.as_ptr(), dst.0, v.len());
+        });
+        Ok(obj.cast_into_unchecked())
     }
 }
 
@@ -949,13 +1062,13 @@ impl Value {
         self.r.len()
     }
 
-    fn __bytes__<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.r)
+    fn __bytes__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        bytes_without_gil(py, &self.r)
     }
 
     /// A copy of the value as bytes.
-    fn tobytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.r)
+    fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        bytes_without_gil(py, &self.r)
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
@@ -1106,11 +1219,30 @@ struct Reservation {
     ptr: SendPtr,
     len: usize,
     exports: AtomicUsize,
+    /// Set by `__exit__` on an exception while buffers over the reservation were alive: it
+    /// is discarded when the last of them is released (the reservation object itself may
+    /// live on, as the `with` block's variable, for as long as the function runs).
+    abort_on_release: std::sync::atomic::AtomicBool,
     thread: ThreadId,
     shared: Arc<Shared>,
 }
 
 impl Reservation {
+    /// One buffer over the reservation is gone: discards it if an aborted `with` block asked
+    /// for that and it was the last.
+    fn export_released(&self) {
+        if self.exports.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.abort_on_release.load(Ordering::SeqCst)
+        {
+            let mut state = self.state.lock();
+            if matches!(*state, ResState::Open(..)) && self.exports.load(Ordering::SeqCst) == 0 {
+                *state = ResState::Done;
+                drop(state);
+                self.settle();
+            }
+        }
+    }
+
     /// Forgets an open reservation in the store's bookkeeping (it was committed or dropped).
     fn settle(&self) {
         let mut r = self.shared.reserving.lock();
@@ -1212,7 +1344,7 @@ impl Reservation {
             // source is a different (Python) buffer of `n` bytes.
             unsafe { std::ptr::copy(src.as_slice().as_ptr(), dst.0, n) };
         });
-        self.exports.fetch_sub(1, Ordering::SeqCst);
+        self.export_released();
         Ok(())
     }
 
@@ -1292,10 +1424,14 @@ impl Reservation {
         }
         match exc_type {
             Some(t) if !t.is_none() => {
+                // Discarded once the last array over it goes (now if there is none). Fix
+                // (found in review): it was discarded only when the Reservation object went,
+                // and the `with` block's variable keeps it alive: until then every write of
+                // this thread raised ReservationOpen and the lane stayed locked.
+                self.abort_on_release.store(true, Ordering::SeqCst);
                 if self.exports.load(Ordering::SeqCst) == 0 {
                     self.abort()?;
                 }
-                // Otherwise dropped (discarded) once the last array goes.
             }
             _ => self.commit(py, None)?,
         }
@@ -1350,7 +1486,7 @@ impl Reservation {
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
-        self.exports.fetch_sub(1, Ordering::SeqCst);
+        self.export_released();
     }
 }
 
@@ -1493,7 +1629,7 @@ impl Claim {
     /// Releases the claim if it is still held.
     #[pyo3(signature = (*_exc))]
     fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        if self.held() && self.shared.engine.read().is_some() {
+        if self.held() && self.shared.engine().is_ok() {
             let c = self.take()?;
             // Expired or settled elsewhere: nothing to give back.
             let _ = py.detach(|| c.release());
