@@ -154,3 +154,31 @@ def test_times_in_pending_groups_and_consumers_are_seconds(path):
         assert isinstance(g["oldest_pending"], float)
         assert isinstance(s.consumers("g")[0]["idle"], float)
         c.release()
+
+
+def test_a_refused_commit_keeps_its_array_off_other_records(path):
+    # The commit of a fragment of an acknowledged event is refused (LateFragment) before the
+    # record is published. Its space went back to the lane while a numpy array over it lived:
+    # the next put took it, and writing through the array destroyed that record.
+    s = hotstore.open(path, segment_size=1 << 20, lanes=1, durability="memory")
+    s.put(hotstore.fragment_key(1, 5, 0, 0), b"frag")
+    s.seal((1, 5))
+    s.next_event("c").ack(hotstore.REMOVE)
+    r = s.reserve(hotstore.fragment_key(1, 5, 1, 0), 64)
+    a = r.array(np.uint8)
+    a[:] = 1
+    with pytest.raises(errors.LateFragment):
+        r.commit()
+    # The space stays reserved while the array lives ...
+    with pytest.raises(errors.ReservationOpen):
+        s.put(b"victim", bytes(range(64)))
+    a[:] = 0xEE
+    # ... and is discarded when it goes.
+    del a
+    assert r.state == "aborted"
+    s.put(b"victim", bytes(range(64)))
+    assert s.get_bytes(b"victim") == bytes(range(64))
+    assert s.get(hotstore.fragment_key(1, 5, 1, 0)) is None
+    s.close()
+    with hotstore.open(path) as s:
+        assert s.get_bytes(b"victim") == bytes(range(64))

@@ -1366,21 +1366,42 @@ impl Reservation {
                 }
             }
         };
-        // The state lock is not held across the commit (see `fill`).
-        let done = py.detach(move || {
-            let r = res.commit_ref(d);
-            drop(engine);
-            r
+        // The state lock is not held across the commit (see `fill`). A failed commit keeps
+        // the memory valid (found in review: after a refused commit, a numpy array over the
+        // reservation wrote into the lane's next record, whichever key that was).
+        let done = py.detach(move || match res.commit_kept(d) {
+            Ok(pin) => Ok(pin),
+            Err(hotstore::CommitFailed::Published(e, pin)) => {
+                Err(Box::new((e, ResState::Committed(pin))))
+            }
+            Err(hotstore::CommitFailed::Unpublished(e, res)) => {
+                Err(Box::new((e, ResState::Open(*res, engine))))
+            }
         });
-        self.settle();
-        let mut state = self.state.lock();
-        match done {
+        match done.map_err(|b| *b) {
             Ok(pin) => {
-                *state = ResState::Committed(pin);
+                self.settle();
+                *self.state.lock() = ResState::Committed(pin);
                 Ok(())
             }
-            Err(e) => {
-                *state = ResState::Done;
+            Err((e, ResState::Open(res, engine))) => {
+                // Not published: kept open (holding its lane) while arrays over it live, and
+                // discarded when the last goes, as an aborted `with` block is.
+                self.abort_on_release.store(true, Ordering::SeqCst);
+                let mut state = self.state.lock();
+                if self.exports.load(Ordering::SeqCst) > 0 {
+                    *state = ResState::Open(res, engine);
+                } else {
+                    *state = ResState::Done;
+                    drop(state);
+                    drop((res, engine));
+                    self.settle();
+                }
+                Err(err(e))
+            }
+            Err((e, kept)) => {
+                self.settle();
+                *self.state.lock() = kept;
                 Err(err(e))
             }
         }

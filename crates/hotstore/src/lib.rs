@@ -56,7 +56,7 @@ pub use options::{
 pub use record::MAX_VALUE_LEN;
 pub use recovery::RecoveryReport;
 pub use stats::{Relocation, Stats, TierStats, Wait, Waits};
-pub use store::{Reservation, Store, ValueRef, MAX_VALUE_PARTS, SHORT_OF_ROOM_FOR};
+pub use store::{CommitFailed, Reservation, Store, ValueRef, MAX_VALUE_PARTS, SHORT_OF_ROOM_FOR};
 pub use verify::{verify_dir, Damage, VerifyReport};
 
 /// Not part of the API: raw internals that the workspace's own tests need and no user should

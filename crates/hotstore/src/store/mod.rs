@@ -18,7 +18,7 @@ mod write;
 
 pub use read::ValueRef;
 pub(crate) use read::{Pinned, PINNED_MAX};
-pub use write::Reservation;
+pub use write::{CommitFailed, Reservation};
 
 use crate::commit::GroupCommit;
 use crate::error::{Error, Result};

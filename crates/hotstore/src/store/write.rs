@@ -289,6 +289,32 @@ impl Store {
     }
 }
 
+/// Why [`Reservation::commit_kept`] failed, with what keeps the reserved memory valid.
+pub enum CommitFailed<'a> {
+    /// Refused before the record was published: the reservation, still holding its lane
+    /// (drop it to discard it, once nothing uses its memory).
+    Unpublished(Error, Box<Reservation<'a>>),
+    /// Published, but its durability was not reached (the store is poisoned): the record,
+    /// pinned.
+    Published(Error, crate::ValueRef),
+}
+
+impl CommitFailed<'_> {
+    /// The error, letting go of what was kept.
+    pub fn into_error(self) -> Error {
+        match self {
+            CommitFailed::Unpublished(e, _) | CommitFailed::Published(e, _) => e,
+        }
+    }
+
+    /// The error.
+    pub fn error(&self) -> &Error {
+        match self {
+            CommitFailed::Unpublished(e, _) | CommitFailed::Published(e, _) => e,
+        }
+    }
+}
+
 /// Space reserved by [`Store::reserve`]: fill [`Reservation::value_mut`], then commit.
 pub struct Reservation<'a> {
     inner: &'a Arc<Inner>,
@@ -317,23 +343,56 @@ impl Reservation<'_> {
 
     /// Publishes the value and returns once `durability` holds.
     pub fn commit(self, durability: Durability) -> Result<()> {
-        self.commit_inner(durability, false).map(|_| ())
+        self.commit_with(durability, false)
+            .map(drop)
+            .map_err(|(e, _, _)| e)
     }
 
     /// [`Reservation::commit`], returning the committed value held in place (a
     /// [`ValueRef`](crate::ValueRef), pinned before the record is published): for a caller that
     /// handed the reserved memory on (a Python buffer) and must keep it valid after the commit.
-    /// On an error the pin is released with the reservation.
+    /// On an error the pin is released with the reservation: a caller whose buffers may
+    /// outlive a failed commit uses [`Reservation::commit_kept`].
     pub fn commit_ref(self, durability: Durability) -> Result<crate::ValueRef> {
-        self.commit_inner(durability, true)?
-            .ok_or_else(|| Error::InvalidArgument("commit_ref: the value was not pinned".into()))
+        self.commit_kept(durability)
+            .map_err(CommitFailed::into_error)
+    }
+}
+
+impl<'a> Reservation<'a> {
+    /// [`Reservation::commit_ref`] that keeps the reserved memory valid when the commit fails:
+    /// a refusal before the record is published (a fragment of an acknowledged event, a
+    /// poisoned store) hands the reservation back, still holding its lane, so no other write
+    /// takes its space; a failure after (its durability not reached) keeps the record pinned.
+    /// Found in review: the Python binding let a numpy array over a reservation whose commit
+    /// was refused (`LateFragment`) write into the next record of the lane.
+    pub fn commit_kept(
+        self,
+        durability: Durability,
+    ) -> std::result::Result<crate::ValueRef, CommitFailed<'a>> {
+        match self.commit_with(durability, true) {
+            Ok(pinned) => Ok(pinned.expect("asked for a pin")),
+            Err((e, Some(res), _)) => Err(CommitFailed::Unpublished(e, res)),
+            Err((e, None, pinned)) => {
+                Err(CommitFailed::Published(e, pinned.expect("asked for a pin")))
+            }
+        }
     }
 
-    fn commit_inner(
+    /// Publishes and waits for `durability`; pins the value first if `pin`. On an error: the
+    /// reservation if it was not published, and the pin.
+    #[allow(
+        clippy::type_complexity,
+        reason = "private: split into CommitFailed by its callers"
+    )]
+    fn commit_with(
         mut self,
         durability: Durability,
         pin: bool,
-    ) -> Result<Option<crate::ValueRef>> {
+    ) -> std::result::Result<
+        Option<crate::ValueRef>,
+        (Error, Option<Box<Reservation<'a>>>, Option<crate::ValueRef>),
+    > {
         // Safety: our own reserved, fully written range.
         let (key, value) = unsafe {
             let kv = self
@@ -352,7 +411,7 @@ impl Reservation<'_> {
             )
         });
         let mut shard = self.inner.index.shard(key).write();
-        self.inner.publish(
+        let published = self.inner.publish(
             &mut self.lane,
             &self.seg,
             self.off,
@@ -362,12 +421,18 @@ impl Reservation<'_> {
             body_crc,
             &mut shard,
             None,
-        )?;
+        );
         drop(shard);
+        if let Err(e) = published {
+            drop(pinned);
+            return Err((e, Some(Box::new(self)), None));
+        }
         self.lane.puts += 1;
         self.lane.bytes += record::record_len(self.key_len, self.value_len) as u64;
-        self.inner.durable(self.lane, &self.seg, durability)?;
-        Ok(pinned)
+        match self.inner.durable(self.lane, &self.seg, durability) {
+            Ok(()) => Ok(pinned),
+            Err(e) => Err((e, None, pinned)),
+        }
     }
 }
 
