@@ -110,3 +110,78 @@ fn reopen_from_summaries_equals_reopen_by_scan_and_the_model() {
     );
     assert_eq!(a.stats().live_bytes, 0);
 }
+
+/// Found in a Python pipeline review: a store opened and closed once per batch sealed a
+/// nearly empty segment at every close and never used it again (300 batches held 19 GB of
+/// /dev/shm). A clean close's mostly empty segments are continued at the next open.
+#[test]
+fn open_and_close_per_batch_does_not_strand_a_segment_each_time() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("store");
+    let mut model = BTreeMap::new();
+    for batch in 0..30u64 {
+        let s = open(&dir);
+        for i in 0..10u64 {
+            let k = format!("batch-{batch}-{i}").into_bytes();
+            let v = vec![batch as u8; 100];
+            s.put(&k, &v, Durability::Persisted).unwrap();
+            model.insert(k, v);
+        }
+        s.close().unwrap();
+    }
+    let s = open(&dir);
+    check(&s, &model, "after 30 batches");
+    let st = s.stats();
+    // The lanes' and relocation's active segments at most, not one per batch.
+    assert!(
+        st.segments <= 3,
+        "{} segments in use after 30 batches",
+        st.segments
+    );
+    assert_eq!(
+        s.recovery_report().torn_tails.len(),
+        0,
+        "a clean close leaves no torn tail"
+    );
+}
+
+/// A continued segment's old summary ended before the records appended after the reopen:
+/// it is made stale first, so a crash (here: a copy of the files while the store is open,
+/// what a kill -9 leaves) finds every record by scanning.
+#[test]
+fn records_appended_to_a_continued_segment_survive_a_crash() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("store");
+    let one_lane = |dir: &Path| {
+        Store::builder(dir)
+            .segment_size_bytes(1 << 20)
+            .lanes(1)
+            .open()
+            .expect("open")
+    };
+    let mut model = BTreeMap::new();
+    // Two closes leave two mostly empty segments: at the third open relocation continues
+    // one, the writer lane the other.
+    for round in 0..2 {
+        let s = one_lane(&dir);
+        for i in 0..10u64 {
+            let k = format!("round-{round}-{i}").into_bytes();
+            s.put(&k, b"before", Durability::Persisted).unwrap();
+            model.insert(k, b"before".to_vec());
+        }
+        s.close().unwrap();
+    }
+    let s = one_lane(&dir);
+    assert_eq!(s.stats().segments, 2, "both continued, no new one");
+    for i in 0..10u64 {
+        let k = format!("after-{i}").into_bytes();
+        s.put(&k, b"after", Durability::Persisted).unwrap();
+        model.insert(k, b"after".to_vec());
+    }
+    assert_eq!(s.stats().segments, 2, "appended to a continued segment");
+    let crashed = base.path().join("crashed");
+    copy_dir(&dir, &crashed, false);
+    drop(s);
+    let c = one_lane(&crashed);
+    check(&c, &model, "the crash image");
+}

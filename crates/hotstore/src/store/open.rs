@@ -180,8 +180,15 @@ impl Store {
         // theirs first (the largest tail of each tier): relocation is what gives space back,
         // and a crash in the middle of it used to leave its file sealed with the reserve
         // spent, so the next run had no room to relocate into (the kill -9 wedge of issue 15).
+        let mut open_tails = recovered.need_summary;
+        open_tails.extend(reopen_sealed_tails(
+            &recovered.segments,
+            &open_tails,
+            options.lanes + 1,
+            &tiers,
+        )?);
         let (relocation_tails, writer_tails, need_summary) =
-            assign_tails(recovered.need_summary, &recovered.report.torn_tails, &tiers)?;
+            assign_tails(open_tails, &recovered.report.torn_tails, &tiers)?;
         let mut lanes: Vec<Lane> = (0..options.lanes).map(|_| Lane::default()).collect();
         let mut need_summary = need_summary;
         let mut writer_tails = writer_tails.into_iter();
@@ -251,6 +258,41 @@ impl Store {
         }
         Ok(store)
     }
+}
+
+/// Segments a clean close sealed mostly empty, to continue as active segments (with the open
+/// tails found, at most `wanted`): the newest first, each more than half unused. Found in a
+/// Python pipeline review: a store opened and closed once per batch sealed a nearly empty
+/// 64 MiB file at each close and never reused it (its space was unused, not dead, so no
+/// cleaning took it): 300 batches held 19 GB of /dev/shm. Each one's summary is replaced by
+/// an empty (stale) one, durably, before any record is appended: the next open scans it,
+/// and a summary that ended before the new records cannot hide them.
+fn reopen_sealed_tails(
+    segments: &[Arc<Segment>],
+    open: &[Arc<Segment>],
+    wanted: usize,
+    tiers: &[Tier],
+) -> Result<Vec<Arc<Segment>>> {
+    let mut mostly_empty: Vec<&Arc<Segment>> = segments
+        .iter()
+        .filter(|s| {
+            s.capacity() == tiers[s.tier].segment_size
+                && s.end.load(Ordering::Relaxed) < s.capacity() / 2
+                && !open.iter().any(|o| o.id == s.id)
+        })
+        .collect();
+    mostly_empty.sort_by_key(|s| std::cmp::Reverse(s.id));
+    let mut reopened = Vec::new();
+    for seg in mostly_empty
+        .into_iter()
+        .take(wanted.saturating_sub(open.len()))
+    {
+        tiers[seg.tier]
+            .medium
+            .write_file(&crate::summary::file_name(seg.slot), &[])?;
+        reopened.push(seg.clone());
+    }
+    Ok(reopened)
 }
 
 /// The segments recovery found open (no summary): which continue as relocation's active
