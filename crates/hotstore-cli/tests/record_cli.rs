@@ -385,6 +385,115 @@ fn sigusr1_triggers_a_recording() {
     assert!(j["frames_recorded"].as_u64().unwrap() > 350);
 }
 
+/// Review: scripted triggers were stamped when the 20 ms run loop reached them (and after
+/// the previous trigger's manifest fsync): two asked 10 ms apart were 24 ms apart.
+#[test]
+fn scripted_triggers_are_stamped_at_their_scheduled_times() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let o = run(&[
+        "record",
+        "--store",
+        store.to_str().unwrap(),
+        "--links",
+        "1",
+        "--rate-per-link",
+        "1MB/s",
+        "--pre",
+        "0.2",
+        "--post",
+        "0.3",
+        "--trigger-at",
+        "0.5",
+        "--trigger-at",
+        "0.51",
+        "--trigger-at",
+        "0.537",
+        "--no-limit",
+        "--json",
+    ]);
+    let j = json_of(&o);
+    let t: Vec<i64> = j["recordings"][0]["triggers_ns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    assert_eq!(t.len(), 3, "{j}");
+    for (i, want_ns) in [(1, 10_000_000i64), (2, 37_000_000)] {
+        let got = t[i] - t[0];
+        assert!(
+            (got - want_ns).abs() < 1_000_000,
+            "trigger {i} is {got} ns after the first, asked {want_ns}"
+        );
+    }
+}
+
+/// Review: SIGUSR1 at its default action killed a recorder that had not finished starting
+/// (measuring the device, opening the store, allocating its rings), and left the
+/// measurement's scratch directory in the store. A trigger sent then must be caught and fire
+/// once the recorder runs.
+#[test]
+fn sigusr1_while_the_recorder_starts_is_not_fatal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let mut rec = Command::new(BIN)
+        .args([
+            "record",
+            "--store",
+            store.to_str().unwrap(),
+            "--links",
+            "2",
+            "--rate-per-link",
+            "2MB/s",
+            "--pre",
+            "0.2",
+            "--post",
+            "0.4",
+            "--no-trigger",
+            "--duration",
+            "3",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once it says it measures the device (before the store is opened and the recorder
+    // starts): read, not slept for, so a slow start on a busy machine changes nothing.
+    let mut stderr = std::io::BufReader::new(rec.stderr.take().unwrap());
+    let mut err = String::new();
+    loop {
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+        assert!(
+            n > 0,
+            "the recorder ended before measuring the device: {err}"
+        );
+        err.push_str(&line);
+        if line.contains("measuring the device") {
+            break;
+        }
+    }
+    // Safety: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGUSR1) }, 0);
+    std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
+    let o = rec.wait_with_output().unwrap();
+    assert!(
+        o.status.code().is_some(),
+        "killed by a signal: {:?} {err}",
+        o.status
+    );
+    assert!(err.contains("SIGUSR1 trigger"), "{err}");
+    let leftovers: Vec<_> = std::fs::read_dir(&store)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("hotstore-limit"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
 /// Bug: `record --duration 1` stopped before the default trigger (at --pre + 0.2 s) and said
 /// "the writers kept up with the input" and "ratio 0.000": nothing was recorded, and it must
 /// say so and why (exit 1: no complete recording).

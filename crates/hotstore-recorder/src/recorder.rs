@@ -627,7 +627,10 @@ impl Inner {
                 last.end_ns.fetch_max(end, Ordering::SeqCst);
                 last.triggers.lock().push(ts);
                 let n = c.recordings.len();
-                let missing = uncovered(&c.recordings[..n - 1], from, last.start_ns);
+                // Only the trigger's own window counts: one that ends before the recording
+                // starts (a late `RECORD.TRIGGER AT`) loses its window, not everything up to
+                // the recording's start (review: a 1 s window was reported 60 s short).
+                let missing = uncovered(&c.recordings[..n - 1], from, last.start_ns.min(end));
                 clipped(last, ts, missing);
                 return Ok(TriggerOutcome {
                     recording_id: last.id,
@@ -1146,6 +1149,11 @@ fn committer_loop(inner: &Inner, writers: u64) -> Result<()> {
 
 /// Snapshot, seal, flush, manifests (see the module docs).
 fn commit_round(inner: &Inner) -> Result<()> {
+    let stored_before: u64 = inner
+        .stored_bytes
+        .iter()
+        .map(|b| b.load(Ordering::Acquire))
+        .sum();
     let recs: Vec<Arc<Recording>> = inner
         .control
         .lock()
@@ -1155,6 +1163,14 @@ fn commit_round(inner: &Inner) -> Result<()> {
         .cloned()
         .collect();
     if recs.is_empty() {
+        // Every recording is finished, and the round that finished one flushed after all of
+        // its links were done: whatever was stored before is durable. (Review: a link that
+        // stored its last slice between a round's `stored` and its snapshot left
+        // `durable_bytes` short until the next recording, which the summary's sustained rate
+        // counted as a backlog that was never made durable.)
+        inner
+            .durable_bytes
+            .fetch_max(stored_before, Ordering::AcqRel);
         return Ok(());
     }
     // Bytes stored before the snapshot: durable once this round's flush returns.
@@ -1297,6 +1313,33 @@ mod tests {
         for w in s.list[..=last_full].windows(2) {
             assert_eq!(w[1].t_secs - w[0].t_secs, step);
         }
+    }
+
+    /// Review: a trigger whose whole window lies before the open recording was reported
+    /// missing from its window's start up to the recording's start (60 s for a trigger 60 s
+    /// late with a 1 s window; 1.8e18 ns for `RECORD.TRIGGER AT 0`).
+    #[test]
+    fn a_late_trigger_misses_at_most_its_own_window() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(Store::builder(dir.path()).open().expect("open"));
+        let mut cfg = RecorderConfig::new(1, 64);
+        cfg.pre = Duration::from_millis(100);
+        cfg.post = Duration::from_millis(100);
+        cfg.ring_bytes_per_link = 1024 * 64;
+        let rec = Recorder::start(store, cfg).expect("start");
+        let now = now_ns();
+        let first = rec.trigger_at(now).expect("trigger");
+        assert!(!first.extended);
+        let late = rec.trigger_at(now - 3_000_000_000).expect("late trigger");
+        assert_eq!(late.recording_id, first.recording_id);
+        assert_eq!(
+            late.head_missing_ns, 200_000_000,
+            "the late trigger's window is 200 ms long"
+        );
+        let report = rec.finish().expect("finish");
+        let m = &report.recordings[0];
+        assert!(m.lossy);
+        assert_eq!(m.trigger_head_missing_ns, 200_000_000);
     }
 
     #[test]

@@ -8,6 +8,9 @@ use crate::Result;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// Longest the generator sleeps before looking at its stop flag again.
+const STOP_POLL: Duration = Duration::from_millis(50);
+
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct GeneratorConfig {
@@ -74,7 +77,10 @@ pub fn run_generator(
             // Sleep rather than spin (the writers need the cores), and at least a millisecond:
             // the frames due meanwhile are then made in one burst. Timestamps are the schedule's,
             // so bursts do not change them.
-            std::thread::sleep((due - now).max(Duration::from_millis(1)));
+            // Capped, so that a stop is seen within STOP_POLL even at a rate of a frame every
+            // few minutes (review: `--rate-per-link 1B/s` slept 93 minutes in one call, and
+            // Ctrl-C, SIGTERM and --duration waited for it).
+            std::thread::sleep((due - now).clamp(Duration::from_millis(1), STOP_POLL));
             continue;
         }
         stats.max_lag_secs = stats.max_lag_secs.max((now - due).as_secs_f64());
@@ -91,4 +97,48 @@ pub fn run_generator(
     stats.frames = k;
     stats.secs = t0.elapsed().as_secs_f64();
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Recorder, RecorderConfig};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_slow_generator_stops_promptly() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(hotstore::Store::builder(dir.path()).open().expect("open"));
+        let mut cfg = RecorderConfig::new(1, 64);
+        cfg.ring_bytes_per_link = 64 * 64;
+        let rec = Recorder::start(store, cfg).expect("start");
+        let h = rec.handle();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        // One frame every 64 s.
+        let gen = std::thread::spawn(move || {
+            run_generator(
+                &h,
+                &GeneratorConfig {
+                    links: 1,
+                    frame_len: 64,
+                    rate_per_link: 1.0,
+                    duration: None,
+                },
+                &s2,
+            )
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let t = Instant::now();
+        stop.store(true, Ordering::SeqCst);
+        let st = gen.join().expect("join").expect("generator");
+        // It saw the flag well before its next frame was due (64 s), however busy the machine.
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the generator took {:?} to see its stop flag",
+            t.elapsed()
+        );
+        assert!(st.frames <= 1, "{} frames", st.frames);
+        rec.finish().expect("finish");
+    }
 }
