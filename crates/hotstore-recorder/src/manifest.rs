@@ -170,6 +170,9 @@ pub fn reserve_space(store_dir: &Path) {
 /// the recording stayed `recording` (and a `.tmp` file was left), where a full store closes
 /// it lossy with a report.
 pub fn write(store_dir: &Path, m: &Manifest) -> Result<()> {
+    if m.state == RecordingState::Recording {
+        return write_interim(store_dir, m).map(drop);
+    }
     match write_once(store_dir, m) {
         Err(RecorderError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::StorageFull
@@ -178,6 +181,23 @@ pub fn write(store_dir: &Path, m: &Manifest) -> Result<()> {
             write_once(store_dir, m)
         }
         r => r,
+    }
+}
+
+/// Writes the manifest of a recording still running: false, and the previous manifest left
+/// in place, if the file system is full (it claims less, so it stays true; the next round
+/// tries again). The space reserve is kept for the final manifest. Fix (review, a 200 MB
+/// tmpfs): an update that failed with ENOSPC spent the reserve, and the next one stopped the
+/// recorder with the recording left `recording` and no summary.
+pub fn write_interim(store_dir: &Path, m: &Manifest) -> Result<bool> {
+    match write_once(store_dir, m) {
+        Ok(()) => Ok(true),
+        Err(RecorderError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::StorageFull =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
     }
 }
 

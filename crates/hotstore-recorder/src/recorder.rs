@@ -1219,7 +1219,15 @@ fn commit_round(inner: &Inner) -> Result<()> {
             };
             m.slices_durable = max_slices;
         }
-        manifest::write(inner.store.dir(), &m)?;
+        if all_done {
+            manifest::write(inner.store.dir(), &m)?;
+        } else if !manifest::write_interim(inner.store.dir(), &m)? {
+            r.note(
+                "the file system is full: the manifest is not updated until there is room (the \
+                 last one written stays true: it claims less)"
+                    .into(),
+            );
+        }
         *r.last_commit.lock() = Some(Instant::now());
         if all_done {
             // Every slice is sealed (READY whatever the policy): the recording's run policy

@@ -81,3 +81,41 @@ fn final_manifests_are_written_on_a_full_file_system() {
         .collect();
     assert!(left.is_empty(), "temporary files left: {left:?}");
 }
+
+/// Found by a review on a 200 MB tmpfs: an update of a running recording's manifest that met
+/// ENOSPC spent the reserve, and the next update stopped the recorder (the recording left
+/// `recording`, no summary). Updates on a full file system are skipped (the previous
+/// manifest stays, and is true) and keep the reserve for the final manifest.
+#[test]
+fn updates_on_a_full_file_system_keep_the_reserve_for_the_final_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(_m) = Mounted::tmpfs(&tmp.path().join("mnt"), "4m") else {
+        return;
+    };
+    let store = tmp.path().join("mnt/store");
+    std::fs::create_dir_all(&store).unwrap();
+    manifest::reserve_space(&store);
+    let mut running = manifest(2);
+    running.state = manifest::RecordingState::Recording;
+    running.slices_durable = 1;
+    manifest::write(&store, &running).unwrap();
+    let mut filler = std::fs::File::create(tmp.path().join("mnt/filler")).unwrap();
+    let chunk = vec![1u8; 64 << 10];
+    while filler.write_all(&chunk).is_ok() {}
+    let _ = filler.write_all(&[1u8; 512]);
+    // Many updates while full: none fails, none is written, the reserve stays.
+    running.slices_durable = 2;
+    for _ in 0..5 {
+        assert!(!manifest::write_interim(&store, &running).unwrap());
+        manifest::write(&store, &running).unwrap();
+    }
+    assert_eq!(manifest::read(&store, 2).unwrap().slices_durable, 1);
+    // The final manifest still gets the reserve.
+    let mut done = manifest(2);
+    done.state = manifest::RecordingState::Truncated;
+    manifest::write(&store, &done).unwrap();
+    assert_eq!(
+        manifest::read(&store, 2).unwrap().state,
+        manifest::RecordingState::Truncated
+    );
+}
