@@ -54,6 +54,7 @@ impl Store {
                 let mut changed = false;
                 for (t, spec) in meta.tiers.iter_mut().zip(&options.tiers) {
                     if spec.capacity_bytes != 0 && spec.capacity_bytes != t.capacity_bytes {
+                        check_capacity_holds_files(&options.dir, t, spec.capacity_bytes)?;
                         t.capacity_bytes = spec.capacity_bytes;
                         changed = true;
                     }
@@ -455,6 +456,33 @@ fn check_capacity(tiers: &[TierMeta], segment_size: u64) -> Result<()> {
                 "{capacity} bytes cannot hold a record: a store needs at least {least} (a \
                  segment file of {segment_size} bytes for data, one held back for relocation, \
                  and a removal file); give a larger capacity"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a capacity below the bytes of the files the tier already holds. Fix (found by a
+/// crash campaign): such a capacity was stored and applied, and with every file in use no
+/// file could be taken any more, not by relocation (which frees dead space), not by a
+/// removal's small file: every put and every removal answered StoreFull, at every later open
+/// too (the capacity is stored), with any amount of dead space.
+fn check_capacity_holds_files(dir: &Path, t: &TierMeta, capacity: u64) -> Result<()> {
+    let held: u64 = t
+        .files
+        .iter()
+        .flatten()
+        .map(|r| u64::from(r.count) * r.len_bytes)
+        .sum();
+    if capacity < held {
+        return Err(Error::InvalidOption {
+            name: "capacity",
+            reason: format!(
+                "tier {} of the store in {} holds {held} bytes of segment files, more than the \
+                 {capacity} bytes given: run `hotstore compact` first (it gives freed files \
+                 back) and remove data until the files fit, or give at least {held} bytes",
+                t.path,
+                dir.display()
             ),
         });
     }

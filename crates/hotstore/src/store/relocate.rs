@@ -495,6 +495,7 @@ impl Inner {
         super::upkeep::reclaim_all(self);
         let mut busy_retries = 0;
         let mut fruitless = 0;
+        let mut best = 0;
         for _ in 0..MAKE_ROOM_MAX_STEPS {
             if has_room(self) || self.is_poisoned.load(Ordering::Acquire) {
                 break;
@@ -531,12 +532,21 @@ impl Inner {
             // Groups moved but the room did not grow (records that pack no tighter than they
             // were, or writers taking it as fast): more rounds would copy data for nothing.
             // Not for a removal, which must succeed: it tries every step, as before.
-            if !for_removal && progress(self) <= before {
+            // Fix (crash campaign on a block tier, 2 MiB segments, values up to 4 MiB): the
+            // measure oscillates between two values when groups move back and forth between
+            // the relocation lane's segments, and compared with the round before it never
+            // counted three fruitless rounds in a row: a put's request ran all 256 rounds,
+            // copied 300-450 MB in 4-9 s and answered StoreFull all the same. Compared with
+            // the best seen in this request, a round counts only if it made more room than
+            // any round before it.
+            let now = progress(self);
+            if !for_removal && now <= best.max(before) {
                 fruitless += 1;
                 if fruitless >= MAKE_ROOM_FRUITLESS_ROUNDS {
                     break;
                 }
             } else {
+                best = best.max(now);
                 fruitless = 0;
             }
         }
