@@ -188,16 +188,15 @@ fn print_human(out: &mut Out, s: &Summary<'_>) -> CliResult<()> {
         s.relocated_records,
         human_bytes(s.relocated_bytes as f64)
     ))?;
+    // Fix (found by a crash campaign): it said the files were "kept on disk in the engine's
+    // pool" when they had been deleted; the pool keeps only the reserve's files.
     out.line(format_args!(
-        "freed      {} segments, {} of dead records; {} of segment files no longer in use{}",
+        "freed      {} segments, {} of dead records; {} of segment files given back to the file \
+         system, {} pooled file(s) kept for reuse",
         s.before.segments.saturating_sub(s.after.segments),
         human_bytes(s.before.dead_bytes.saturating_sub(s.after.dead_bytes) as f64),
         human_bytes(s.before.file_bytes.saturating_sub(s.after.file_bytes) as f64),
-        if s.after.pooled_files > 0 {
-            " (kept on disk in the engine's pool, for reuse)"
-        } else {
-            ""
-        }
+        s.after.pooled_files
     ))?;
     match s.moved_per_reclaimed_byte {
         Some(x) => out.line(format_args!(
@@ -210,7 +209,7 @@ fn print_human(out: &mut Out, s: &Summary<'_>) -> CliResult<()> {
             "write amplification {wa:.2} (bytes written per user byte since open)"
         ))?,
         None => out.line(
-            "write amplification n/a: no user writes in this session (every byte written was relocation)",
+            "write amplification n/a: no user writes in this session (only relocation writes)",
         )?,
     }
     out.line(format_args!("time       {:.2} s", s.duration_secs))
