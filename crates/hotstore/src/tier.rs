@@ -487,6 +487,24 @@ impl Tier {
         self.medium.remove(&crate::segment::file_name(slot))
     }
 
+    /// Deletes pooled free files while the tier's files exceed its capacity (a capacity lowered
+    /// at open: the files in use fit, see `check_capacity_holds_files`; the pool would
+    /// otherwise keep the store at its old size). Returns the bytes given back.
+    pub fn fit_capacity(&self) -> Result<u64> {
+        if self.capacity_bytes == 0 {
+            return Ok(0);
+        }
+        let (excess, free) = {
+            let s = self.state.lock();
+            (
+                s.used_bytes.saturating_sub(self.capacity_bytes),
+                s.free.len(),
+            )
+        };
+        let files = excess.div_ceil(self.segment_size as u64) as usize;
+        self.trim_free(free.saturating_sub(files))
+    }
+
     /// Deletes pooled free files beyond `keep` (after a compaction: their space goes back to
     /// the file system); returns the bytes given back. A deleted file takes its retired id
     /// with it, which is harmless: that id's records were in no other file.

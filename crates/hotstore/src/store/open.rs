@@ -54,7 +54,14 @@ impl Store {
                 let mut changed = false;
                 for (t, spec) in meta.tiers.iter_mut().zip(&options.tiers) {
                     if spec.capacity_bytes != 0 && spec.capacity_bytes != t.capacity_bytes {
-                        check_capacity_holds_files(&options.dir, t, spec.capacity_bytes)?;
+                        if spec.capacity_bytes < t.capacity_bytes || t.capacity_bytes == 0 {
+                            check_capacity_holds_files(
+                                &options,
+                                t,
+                                spec.capacity_bytes,
+                                meta.segment_size_bytes,
+                            )?;
+                        }
                         t.capacity_bytes = spec.capacity_bytes;
                         changed = true;
                     }
@@ -160,6 +167,9 @@ impl Store {
         }
         let index = Index::new(layout.key_len(), layout.event_prefix_len());
         let recovered = recovery::recover(&tiers, &index, options.recovery, &files)?;
+        for t in &tiers {
+            t.fit_capacity()?;
+        }
         // Before the events are rebuilt: their READY numbers come from it.
         let next_lsn = Arc::new(AtomicU64::new(recovered.max_lsn + 1));
         let events = Events::new(
@@ -495,27 +505,60 @@ fn check_capacity(tiers: &[TierMeta], segment_size: u64) -> Result<()> {
     Ok(())
 }
 
-/// Refuses a capacity below the bytes of the files the tier already holds. Fix (found by a
-/// crash campaign): such a capacity was stored and applied, and with every file in use no
-/// file could be taken any more, not by relocation (which frees dead space), not by a
-/// removal's small file: every put and every removal answered StoreFull, at every later open
-/// too (the capacity is stored), with any amount of dead space.
-fn check_capacity_holds_files(dir: &Path, t: &TierMeta, capacity: u64) -> Result<()> {
-    let held: u64 = t
-        .files
-        .iter()
-        .flatten()
-        .map(|r| u64::from(r.count) * r.len_bytes)
-        .sum();
-    if capacity < held {
+/// Refuses a capacity lowered below what the tier's files in use (those whose header names a
+/// segment; free and never-written files can be given back) and the put reserve need. Fix
+/// (found by a crash campaign): such a capacity was stored and applied, and with every file
+/// in use no file could be taken any more, not by relocation (which frees dead space), not
+/// by a removal's small file: every put and every removal answered StoreFull, at every later
+/// open too (the capacity is stored), with any amount of dead space. Pooled files beyond the
+/// capacity are given back as writers need room (`Tier::take`).
+fn check_capacity_holds_files(
+    options: &StoreOptions,
+    t: &TierMeta,
+    capacity: u64,
+    segment_size: u64,
+) -> Result<()> {
+    let dir = resolve(&options.dir, Path::new(&t.path));
+    let in_use = |slot: u32| -> bool {
+        let path = dir.join(crate::segment::file_name(slot));
+        let mut head = [0u8; 64];
+        let read = std::fs::File::open(&path).and_then(|mut f| {
+            use std::io::Read;
+            f.read_exact(&mut head)
+        });
+        // Unreadable or not a valid header: counted, to be safe.
+        read.is_err()
+            || crate::segment::SegmentHeader::decode(&head)
+                .map_or(head.iter().any(|&b| b != 0), |h| h.id != 0)
+    };
+    let held: u64 = if options.media.is_some() {
+        // Media other than files (tests): every listed file.
+        t.files
+            .iter()
+            .flatten()
+            .map(|r| u64::from(r.count) * r.len_bytes)
+            .sum()
+    } else {
+        t.files
+            .iter()
+            .flatten()
+            .flat_map(|r| (0..r.count).map(move |i| (r.first_slot + i, r.len_bytes)))
+            .filter(|(slot, _)| in_use(*slot))
+            .map(|(_, len)| len)
+            .sum()
+    };
+    let reserve = segment_size + super::lanes::removal_file_len(segment_size as usize) as u64;
+    if capacity < held + reserve {
         return Err(Error::InvalidOption {
             name: "capacity",
             reason: format!(
-                "tier {} of the store in {} holds {held} bytes of segment files, more than the \
-                 {capacity} bytes given: run `hotstore compact` first (it gives freed files \
-                 back) and remove data until the files fit, or give at least {held} bytes",
+                "tier {} of the store in {} has {held} bytes of segment files in use; with the \
+                 {reserve}-byte reserve that relocation and removals need, {capacity} bytes \
+                 cannot hold them: give at least {} bytes, or remove data and run `hotstore \
+                 compact` first",
                 t.path,
-                dir.display()
+                options.dir.display(),
+                held + reserve
             ),
         });
     }
