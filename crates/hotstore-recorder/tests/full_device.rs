@@ -41,6 +41,14 @@ impl Drop for Mounted {
     }
 }
 
+/// Something (the store) takes every byte the file system under `mnt` has left.
+fn fill_up(mnt: &Path) {
+    let mut filler = std::fs::File::create(mnt.join("filler")).unwrap();
+    let chunk = vec![1u8; 64 << 10];
+    while filler.write_all(&chunk).is_ok() {}
+    let _ = filler.write_all(&[1u8; 512]);
+}
+
 fn manifest(id: u32) -> Manifest {
     let json = format!(
         r#"{{"version":1,"recording_id":{id},"state":"complete","lossy":true,
@@ -62,11 +70,7 @@ fn final_manifests_are_written_on_a_full_file_system() {
     let store = tmp.path().join("mnt/store");
     std::fs::create_dir_all(&store).unwrap();
     manifest::reserve_space(&store);
-    // Something (the store) takes every byte the file system has left.
-    let mut filler = std::fs::File::create(tmp.path().join("mnt/filler")).unwrap();
-    let chunk = vec![1u8; 64 << 10];
-    while filler.write_all(&chunk).is_ok() {}
-    let _ = filler.write_all(&[1u8; 512]);
+    fill_up(&tmp.path().join("mnt"));
     assert!(
         std::fs::write(store.join("probe"), vec![0u8; 8192]).is_err(),
         "not full"
@@ -99,10 +103,7 @@ fn updates_on_a_full_file_system_keep_the_reserve_for_the_final_manifest() {
     running.state = manifest::RecordingState::Recording;
     running.slices_durable = 1;
     manifest::write(&store, &running).unwrap();
-    let mut filler = std::fs::File::create(tmp.path().join("mnt/filler")).unwrap();
-    let chunk = vec![1u8; 64 << 10];
-    while filler.write_all(&chunk).is_ok() {}
-    let _ = filler.write_all(&[1u8; 512]);
+    fill_up(&tmp.path().join("mnt"));
     // Many updates while full: none fails, none is written, the reserve stays.
     running.slices_durable = 2;
     for _ in 0..5 {
