@@ -287,6 +287,27 @@ struct Shared {
     /// parent's next writes go (acknowledged, then lost), and closing it joins threads that
     /// do not exist in it (a panic). A forked child is refused ([`Shared::forked`]).
     pid: u32,
+    /// [`forks`] when it was opened: a different count means this process is a fork.
+    forks: u64,
+}
+
+/// Forks this process's children have seen: incremented in the child by a `pthread_atfork`
+/// handler, so that a call tells a forked child with one load (a `getpid` system call on
+/// every call cost the binding's small puts).
+static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" fn count_fork_in_child() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The fork count, with the handler installed (once, at the first open).
+fn forks() -> u64 {
+    static HANDLER: std::sync::Once = std::sync::Once::new();
+    // Safety: registers a handler that only increments an atomic (async-signal-safe).
+    HANDLER.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(count_fork_in_child));
+    });
+    FORKS.load(Ordering::Relaxed)
 }
 
 impl Drop for Shared {
@@ -294,7 +315,7 @@ impl Drop for Shared {
         // In a forked child the engine is not the child's to shut down (no maintenance thread
         // to join, the parent's files): leave it, the child's copy of its memory goes with
         // the child.
-        if self.pid != std::process::id() {
+        if self.is_forked() {
             if let Some(engine) = self.engine.get_mut().take() {
                 std::mem::forget(engine);
             }
@@ -303,6 +324,11 @@ impl Drop for Shared {
 }
 
 impl Shared {
+    /// True in a process forked from the one that opened the store.
+    fn is_forked(&self) -> bool {
+        FORKS.load(Ordering::Relaxed) != self.forks
+    }
+
     /// StoreClosed for a Store used in a process forked from the one that opened it.
     fn forked(&self) -> PyErr {
         py_error(
@@ -320,7 +346,7 @@ impl Shared {
     }
 
     fn engine(&self) -> PyResult<Arc<Engine>> {
-        if self.pid != std::process::id() {
+        if self.is_forked() {
             return Err(self.forked());
         }
         self.engine.read().clone().ok_or_else(|| {
@@ -448,6 +474,7 @@ impl Store {
                 durability: default,
                 path: path.display().to_string(),
                 pid: std::process::id(),
+                forks: forks(),
             }),
         })
     }
@@ -485,7 +512,7 @@ impl Store {
     /// Closes the store: seals, persists and releases it. Values returned by get() stay
     /// valid; the directory stays locked until the last of them is released.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if self.shared.pid != std::process::id() {
+        if self.shared.is_forked() {
             // A forked child: the store is the parent's. Forget the child's copy of it (see
             // `Shared::pid`); the parent's store stays open.
             if let Some(engine) = self.shared.engine.write().take() {
