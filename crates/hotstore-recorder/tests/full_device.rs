@@ -41,6 +41,16 @@ impl Drop for Mounted {
     }
 }
 
+/// A store directory with its manifests' space reserve on a 4 MiB tmpfs mounted under `tmp`
+/// (`None` where mounting is not allowed).
+fn small_store(tmp: &Path) -> Option<(Mounted, PathBuf)> {
+    let m = Mounted::tmpfs(&tmp.join("mnt"), "4m")?;
+    let store = tmp.join("mnt/store");
+    std::fs::create_dir_all(&store).unwrap();
+    manifest::reserve_space(&store);
+    Some((m, store))
+}
+
 /// Something (the store) takes every byte the file system under `mnt` has left.
 fn fill_up(mnt: &Path) {
     let mut filler = std::fs::File::create(mnt.join("filler")).unwrap();
@@ -64,12 +74,9 @@ fn manifest(id: u32) -> Manifest {
 #[test]
 fn final_manifests_are_written_on_a_full_file_system() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(_m) = Mounted::tmpfs(&tmp.path().join("mnt"), "4m") else {
+    let Some((_m, store)) = small_store(tmp.path()) else {
         return;
     };
-    let store = tmp.path().join("mnt/store");
-    std::fs::create_dir_all(&store).unwrap();
-    manifest::reserve_space(&store);
     fill_up(&tmp.path().join("mnt"));
     assert!(
         std::fs::write(store.join("probe"), vec![0u8; 8192]).is_err(),
@@ -93,12 +100,9 @@ fn final_manifests_are_written_on_a_full_file_system() {
 #[test]
 fn updates_on_a_full_file_system_keep_the_reserve_for_the_final_manifest() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(_m) = Mounted::tmpfs(&tmp.path().join("mnt"), "4m") else {
+    let Some((_m, store)) = small_store(tmp.path()) else {
         return;
     };
-    let store = tmp.path().join("mnt/store");
-    std::fs::create_dir_all(&store).unwrap();
-    manifest::reserve_space(&store);
     let mut running = manifest(2);
     running.state = manifest::RecordingState::Recording;
     running.slices_durable = 1;
