@@ -146,6 +146,9 @@ pub struct Segment {
     /// Length of the largest record appended: relocation packs records into files, and each
     /// file may leave up to this much unused (a record does not span files).
     pub max_record: AtomicU64,
+    /// Bytes of records other than puts (tombstones, event removals and marks): what moving
+    /// this segment alone, while it pins older ones, copies forward (`Inner::forward_shadows`).
+    pub shadow_bytes: AtomicU64,
     /// Number of other segments holding records this segment shadows: while > 0 this segment
     /// must stay, or those older records would come back on recovery.
     pub pins: AtomicU64,
@@ -160,7 +163,8 @@ pub struct Segment {
     /// persisted before this segment is recycled (see `events::acked`).
     pub holds_event_acks: AtomicBool,
     /// Every record appended so far is a put, and the segment was made by this run (a
-    /// segment found at open is never assumed to be): once all its records are dead it may be
+    /// segment found at open is never assumed to be), or every record other than a put was
+    /// copied forward (`Inner::forward_shadows`): once all its records are dead it may be
     /// recycled even while it pins older segments, its pins passing to the segments that pin
     /// it (see [`Segment::is_reclaimable`]).
     pub only_puts: AtomicBool,
@@ -204,6 +208,7 @@ impl Segment {
             live_bytes: AtomicU64::new(0),
             dead_bytes: AtomicU64::new(0),
             max_record: AtomicU64::new(0),
+            shadow_bytes: AtomicU64::new(0),
             pins: AtomicU64::new(0),
             pinned_by: Mutex::new(HashSet::new()),
             readers: AtomicU64::new(0),
@@ -446,7 +451,7 @@ impl Segment {
     /// segment held pass to its holders when it goes (`store::upkeep::reclaim`). So a
     /// segment of puts can go before the older segments it pins; one holding a tombstone, an
     /// event mark or an event removal cannot (that record may be what keeps an older one
-    /// dead).
+    /// dead), unless those records were copied forward to a segment that pins the same ones.
     pub fn is_reclaimable(&self) -> bool {
         self.sealed.load(Ordering::Acquire)
             && !self.recycled.load(Ordering::Acquire)

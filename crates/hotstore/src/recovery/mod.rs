@@ -527,13 +527,18 @@ pub fn recover<E: Send + Sync>(
             report.record_bytes += (end - SEGMENT_HEADER_LEN) as u64;
             let mut max_record = 0;
             let mut in_records = 0;
+            let mut shadows = 0;
             for e in &entries {
                 max_lsn = max_lsn.max(e.lsn);
                 let rec_len = record::record_len(e.key.len(), e.value_len as usize);
                 max_record = max_record.max(rec_len);
                 in_records += rec_len;
+                if e.kind != Kind::Put {
+                    shadows += rec_len;
+                }
             }
             seg.max_record.store(max_record as u64, Ordering::Relaxed);
+            seg.shadow_bytes.store(shadows as u64, Ordering::Relaxed);
             // The pads of direct records (and ranges salvage skipped) are dead from the start,
             // as the write path counts them.
             let gaps = (end - SEGMENT_HEADER_LEN).saturating_sub(in_records);

@@ -283,20 +283,25 @@ impl Inner {
         // Records do not span files: a file holds floor(room per file / r) records of r
         // bytes. Fix (found in review): with 600 KiB values in 1 MiB files, puts found the
         // store full at 58% of the figure this promised.
+        // The worst case is not the largest record but one just over per_file / (n + 1),
+        // where n of the largest fit a file: files of n such records are n / (n + 1) full.
+        // Fix (large values with removals): records just over half a file, beside larger
+        // ones, left files half full where the figure counted them 97% full. Records larger
+        // than a file get files of their own, sized to fit, and do not count.
         let per_file = seg.saturating_sub(crate::segment::SEGMENT_HEADER_LEN as u64);
         let largest = self
             .segments
             .lock()
             .values()
             .map(|s| s.max_record.load(Ordering::Relaxed))
+            .filter(|&r| r <= per_file)
             .max()
             .unwrap_or(0);
-        if largest == 0 || largest > per_file {
-            // Larger records get files of their own, sized to fit.
+        if largest == 0 {
             return room;
         }
-        let packed = per_file / largest * largest;
-        (room as u128 * packed as u128 / per_file as u128) as u64
+        let n = per_file / largest;
+        (room as u128 * n as u128 / (n as u128 + 1)) as u64
     }
 
     /// A file of `len` bytes from the first tier with room, and whether it came from a pool

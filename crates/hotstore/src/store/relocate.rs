@@ -17,6 +17,7 @@
 use super::*;
 use crate::record::{EVENT_MARK_KEPT, EVENT_MARK_SEALED};
 use crate::relocation::{self, Candidate, Choice, Rule};
+use std::collections::HashSet;
 
 /// Relocation's own lanes (one per tier: copies are appended to the target tier's lane) and
 /// its counters.
@@ -161,6 +162,7 @@ impl Inner {
                 excluded: s.recycled.load(Ordering::Acquire)
                     || s.readers.load(Ordering::SeqCst) > 0,
                 only_puts: s.only_puts.load(Ordering::Acquire),
+                shadow_bytes: s.shadow_bytes.load(Ordering::Relaxed),
             })
             .collect()
     }
@@ -186,7 +188,21 @@ impl Inner {
 
     /// One relocation step under `rule` into `target` (the members' own tier when cleaning).
     pub(crate) fn relocate_step(&self, rule: &Rule, target: Option<usize>) -> Result<Step> {
-        let cands = self.candidates();
+        self.relocate_step_avoiding(rule, target, &mut HashSet::new())
+    }
+
+    /// [`Inner::relocate_step`], leaving out the segments in `busy`, to which it adds the
+    /// members of a group it found busy.
+    fn relocate_step_avoiding(
+        &self,
+        rule: &Rule,
+        target: Option<usize>,
+        busy: &mut HashSet<u64>,
+    ) -> Result<Step> {
+        let mut cands = self.candidates();
+        for c in cands.iter_mut().filter(|c| busy.contains(&c.id)) {
+            c.excluded = true;
+        }
         let Some(choice) = relocation::choose(&cands, rule) else {
             return Ok(Step::Nothing);
         };
@@ -196,7 +212,11 @@ impl Inner {
                 .find(|c| c.id == choice.ids[0])
                 .map_or(0, |c| c.tier)
         });
-        self.relocate_group(&choice, tier)
+        let step = self.relocate_group(&choice, tier);
+        if matches!(step, Ok(Step::Busy)) {
+            busy.extend(&choice.ids);
+        }
+        step
     }
 
     /// Moves every live record of the group's members to `tier`, sealing active members
@@ -222,6 +242,14 @@ impl Inner {
             .any(|s| s.live_records.load(Ordering::Acquire) > 0)
         {
             return Ok(Step::Busy);
+        }
+        if choice.forward {
+            for seg in &segs {
+                if !self.forward_shadows(seg, tier)? {
+                    return Ok(Step::Busy);
+                }
+                self.maybe_reclaim(seg);
+            }
         }
         self.relocator.groups.fetch_add(1, Ordering::Relaxed);
         Ok(Step::Moved)
@@ -273,6 +301,88 @@ impl Inner {
             off += len;
         }
         Ok(())
+    }
+
+    /// Copies every record of `seg` (all of them dead) other than a put to relocation's lane
+    /// of `tier`, each with its own lsn, and pins the copies' segments on every segment `seg`
+    /// pins on. The copies shadow whatever `seg`'s records shadowed (recovery orders a key's
+    /// versions by lsn, so a copy weighs exactly what its original did, never more than a
+    /// newer version), so `seg` may then go before those segments, its pins passing to its
+    /// holders as a segment of puts' do (`upkeep::reclaim`, after persisting every lane, the
+    /// copies' included). False, and `seg` stays, if a record is damaged: one that cannot be
+    /// copied may be what keeps an older record dead.
+    fn forward_shadows(&self, seg: &Arc<Segment>, tier: usize) -> Result<bool> {
+        if seg.only_puts.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let targets: Vec<Arc<Segment>> = {
+            let all: Vec<Arc<Segment>> = self.segments.lock().values().cloned().collect();
+            all.into_iter()
+                .filter(|t| t.pinned_by.lock().contains(&seg.id))
+                .collect()
+        };
+        let end = seg.end.load(Ordering::Acquire);
+        let mut off = SEGMENT_HEADER_LEN;
+        let mut copies: Vec<Arc<Segment>> = Vec::new();
+        while off + HEADER_LEN <= end {
+            // Safety: as in `relocate_segment`.
+            let rest = unsafe { seg.bytes(off, end - off) };
+            let Ok(h) = record::parse_header(rest) else {
+                return Ok(false);
+            };
+            let len = h.footprint();
+            if off + len > end {
+                return Ok(false);
+            }
+            if h.kind != Kind::Put {
+                let rec_len = h.record_len();
+                // Safety: as above.
+                let rec = unsafe { seg.bytes(off, rec_len) };
+                if !record::verify(seg.id, rec, &h) {
+                    return Ok(false);
+                }
+                // Without the alignment padding `record_len` counts.
+                let body = &rec[HEADER_LEN..HEADER_LEN + h.key_len + h.value_len];
+                let (key, value) = body.split_at(h.key_len);
+                let mut lane = self.relocator.lanes[tier].lock();
+                let (dst, doff) = self.relocation_room(&mut lane, rec_len, tier)?;
+                dst.only_puts.store(false, Ordering::Release);
+                if h.kind == Kind::EventRemove || value.first() == Some(&EVENT_MARK_KEPT) {
+                    // As the original: the acknowledged-event set is persisted before this goes.
+                    dst.holds_event_acks.store(true, Ordering::Release);
+                }
+                let header = record::encode_header_with(
+                    dst.id,
+                    h.kind,
+                    h.key_len,
+                    h.value_len,
+                    h.lsn,
+                    record::body_checksum(key, value),
+                );
+                // Safety: unpublished space of the relocation lane's segment, which we hold.
+                unsafe {
+                    dst.write_at(doff + HEADER_LEN, body);
+                    dst.write_at(doff, &header);
+                }
+                dst.dead_bytes.fetch_add(rec_len as u64, Ordering::Relaxed);
+                dst.shadow_bytes
+                    .fetch_add(rec_len as u64, Ordering::Relaxed);
+                dst.max_record.fetch_max(rec_len as u64, Ordering::Relaxed);
+                dst.end.store(doff + rec_len, Ordering::Release);
+                self.count_moved(seg.tier, tier, rec_len);
+                if !copies.iter().any(|c| Arc::ptr_eq(c, &dst)) {
+                    copies.push(dst);
+                }
+            }
+            off += len;
+        }
+        for c in &copies {
+            for t in &targets {
+                c.pin_on(t);
+            }
+        }
+        seg.only_puts.store(true, Ordering::Release);
+        Ok(true)
     }
 
     fn points_at(loc: Option<&Loc>, seg: &Arc<Segment>, off: usize) -> bool {
@@ -494,6 +604,7 @@ impl Inner {
         };
         super::upkeep::reclaim_all(self);
         let mut busy_retries = 0;
+        let mut busy_ids = HashSet::new();
         let mut fruitless = 0;
         let mut best = 0;
         for _ in 0..MAKE_ROOM_MAX_STEPS {
@@ -511,7 +622,7 @@ impl Inner {
                     rule.min_gain_bytes = 2 * SEGMENT_HEADER_LEN as u64;
                     rule.count_packing = false;
                 }
-                match self.relocate_step(&rule, None) {
+                match self.relocate_step_avoiding(&rule, None, &mut busy_ids) {
                     Ok(Step::Moved) => moved = true,
                     Ok(Step::Busy) => busy = true,
                     _ => {}
@@ -521,13 +632,21 @@ impl Inner {
                 super::upkeep::reclaim_all(self);
             }
             if !moved {
-                // A member in a writer's hands a moment ago: try again, a few times.
-                if busy && busy_retries < MAKE_ROOM_BUSY_RETRIES {
-                    busy_retries += 1;
-                    std::thread::sleep(Duration::from_millis(1));
-                    continue;
+                if busy_ids.is_empty() || busy_retries >= MAKE_ROOM_BUSY_RETRIES {
+                    break;
                 }
-                break;
+                busy_retries += 1;
+                if !busy {
+                    // Only groups with a member in a writer's hands a moment ago qualify: give
+                    // the writer a moment, and try them again.
+                    busy_ids.clear();
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                // Else another group may qualify without the busy members: look at once.
+                // Fix (large values with removals): the best choice was the waiting writer's
+                // own segment (it holds its lane while it asks for room), tried again and
+                // again until the request gave up, while other groups would have done.
+                continue;
             }
             // Groups moved but the room did not grow (records that pack no tighter than they
             // were, or writers taking it as fast): more rounds would copy data for nothing.

@@ -577,6 +577,10 @@ impl Inner {
             // Safety: the header slot of our unpublished record.
             unsafe { seg.write_at(off, &header) };
         }
+        if kind != Kind::Put {
+            seg.shadow_bytes
+                .fetch_add(rec_len as u64, Ordering::Relaxed);
+        }
         // Only the lane holder appends: no read-modify-write needed.
         if rec_len as u64 > seg.max_record.load(Ordering::Relaxed) {
             seg.max_record.store(rec_len as u64, Ordering::Relaxed);
