@@ -201,7 +201,9 @@ fn after_sigkill_mid_recording_every_link_holds_an_intact_prefix() {
     let (code, v) = verify_json(&store);
     assert_eq!(code, 1, "an interrupted recording is not complete: {v}");
     let r = &v[0];
-    assert_eq!(r["manifest"]["state"], "recording");
+    // Closed by the read-back: no recorder holds the store any more.
+    assert_eq!(r["manifest"]["state"], "truncated");
+    assert_eq!(r["manifest"]["interrupted"], true);
     // Under a loaded CI machine frames may still be dropped at the bound: then every gap
     // must be exactly a counted drop.
     assert!(r["manifest"]["slices_durable"].as_u64().unwrap() > 10);
@@ -605,4 +607,388 @@ fn a_serve_port_in_use_leaves_no_store() {
         "{err}"
     );
     assert!(!store.exists(), "a store was left behind");
+}
+
+/// Starts `hotstore record` with `args`, reads its stderr until a line contains `until` (at
+/// most a few minutes: a busy machine is slow, never wrong), and keeps draining it after.
+/// Returns the child and what stderr said up to that line.
+fn spawn_until(args: &[&str], until: &str) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = String::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(300)) {
+            Ok(line) => {
+                seen.push_str(&line);
+                seen.push('\n');
+                if line.contains(until) {
+                    return (child, seen);
+                }
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("no line with {until:?} ({e}): {seen}")
+            }
+        }
+    }
+}
+
+/// Waits (at most a few minutes) until recording `id`'s manifest says some slices are durable.
+fn wait_durable_slices(store: &Path, id: u32) -> Value {
+    let path = store.join(format!("recordings/rec-{id:06}.json"));
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Ok(body) = std::fs::read(&path) {
+            let m: Value = serde_json::from_slice(&body).unwrap();
+            if m["slices_durable"].as_u64().unwrap() > 0 {
+                return m;
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "no durable slice in {}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The runs with a policy of their own in the store's policy file.
+fn run_policies(store: &Path) -> Vec<String> {
+    let body = std::fs::read(store.join("events.policy")).unwrap_or_default();
+    if body.is_empty() {
+        return Vec::new();
+    }
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    v["runs"]
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Starts a recorder with a long window, waits until recording 1 has durable slices, and
+/// kills it with SIGKILL. Returns the manifest as the dead recorder left it.
+fn kill9_mid_recording(store: &Path) -> Value {
+    let (rec, _) = spawn_until(
+        &[
+            "record",
+            "--store",
+            store.to_str().unwrap(),
+            "--links",
+            "2",
+            "--rate-per-link",
+            "5MB/s",
+            "--pre",
+            "0.1",
+            "--post",
+            "600",
+            "--trigger-at",
+            "0.2",
+            "--no-limit",
+        ],
+        "recording 1 started",
+    );
+    // Killed (SIGKILL) and reaped also if the wait below fails: no recorder left running.
+    struct Kill9(std::process::Child);
+    impl Drop for Kill9 {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let rec = Kill9(rec);
+    let m = wait_durable_slices(store, 1);
+    drop(rec);
+    let body = std::fs::read(store.join("recordings/rec-000001.json")).unwrap();
+    let left: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(left["state"], "recording", "{m}");
+    assert_eq!(
+        run_policies(store),
+        vec!["1".to_string()],
+        "the run's policy"
+    );
+    left
+}
+
+/// Review: after kill -9 of the recorder its recording stayed `recording` forever, and its run
+/// policy stayed in the store. The next recorder on the store closes it: truncated,
+/// interrupted, with what its manifest said was durable, and the policy released.
+#[test]
+fn a_recording_left_by_a_killed_recorder_is_closed_at_the_next_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let left = kill9_mid_recording(&store);
+    let o = run(&[
+        "record",
+        "--store",
+        store.to_str().unwrap(),
+        "--links",
+        "2",
+        "--rate-per-link",
+        "2MB/s",
+        "--pre",
+        "0.1",
+        "--post",
+        "0.2",
+        "--no-limit",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("recording 1 was left `recording` by a recorder that is no longer running"),
+        "{err}"
+    );
+    assert_eq!(json_of(&o)["recording_id"], 2);
+    let body = std::fs::read(store.join("recordings/rec-000001.json")).unwrap();
+    let m: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(m["state"], "truncated", "{m}");
+    assert_eq!(m["interrupted"], true, "{m}");
+    assert_eq!(m["slices_durable"], left["slices_durable"], "{m}");
+    assert_eq!(
+        m["links"][0]["frames_recorded"],
+        left["links"][0]["frames_recorded"]
+    );
+    assert!(
+        run_policies(&store).is_empty(),
+        "{:?}",
+        run_policies(&store)
+    );
+    // And it reads back: intact, not complete, saying why.
+    let o = run(&[
+        "record",
+        "verify",
+        store.to_str().unwrap(),
+        "--recording",
+        "1",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("killed or crashed"), "{out}");
+}
+
+/// The same, closed by the first read-back (`record verify`) instead of a new recorder.
+#[test]
+fn a_recording_left_by_a_killed_recorder_is_closed_when_read_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let left = kill9_mid_recording(&store);
+    let (code, v) = verify_json(&store);
+    assert_eq!(code, 1, "{v}");
+    let m = &v[0]["manifest"];
+    assert_eq!(m["state"], "truncated", "{v}");
+    assert_eq!(m["interrupted"], true, "{v}");
+    assert_eq!(m["slices_durable"], left["slices_durable"]);
+    assert_eq!(v[0]["intact"], true, "{v}");
+    assert!(run_policies(&store).is_empty());
+}
+
+/// Review: a recording in whose window no frame arrived (here: UDP links nobody sends to)
+/// was reported `complete` (exit 0). Now it is `empty`, lossy, names the links, exits 1.
+#[test]
+fn a_recording_no_frame_reached_is_reported_empty() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let addrs = format!(
+        "udp://127.0.0.1:{},127.0.0.1:{}",
+        free_udp_port(),
+        free_udp_port()
+    );
+    let o = run(&[
+        "record",
+        "--store",
+        store.to_str().unwrap(),
+        "--links",
+        "2",
+        "--frame-size",
+        "1400",
+        "--rate-per-link",
+        "2MB/s",
+        "--source",
+        &addrs,
+        "--pre",
+        "0.1",
+        "--post",
+        "0.2",
+        "--no-limit",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let j = json_of(&o);
+    assert_eq!(j["complete"], false, "{j}");
+    let m = &j["recordings"][0];
+    assert_eq!(m["state"], "empty", "{j}");
+    assert_eq!(m["lossy"], true, "{j}");
+    assert_eq!(m["silent_links"], serde_json::json!([0, 1]), "{j}");
+    assert!(
+        err.contains("no frame stamped inside the window") && err.contains("link 1 sent no frame"),
+        "{err}"
+    );
+    let (code, v) = verify_json(&store);
+    assert_eq!(code, 1, "{v}");
+    assert!(v[0]["verdict"].as_str().unwrap().contains("Empty"), "{v}");
+}
+
+/// Runs `hotstore record` with `args` on a fresh path and asserts the usual refusal: exit 2,
+/// an `error:` naming every `needle`, no panic, and no store left behind.
+fn assert_record_refused(args: &[&str], needles: &[&str]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let mut all = vec!["record", "--store", store.to_str().unwrap(), "--no-limit"];
+    all.extend_from_slice(args);
+    let o = run(&all);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: no {n:?} in {err}");
+    }
+    assert!(!store.exists(), "{args:?}: a store was left behind");
+}
+
+/// Review: `--capacity 0` silently meant an unbounded store.
+#[test]
+fn capacity_0_is_refused() {
+    assert_record_refused(
+        &["--capacity", "0"],
+        &["--capacity 0", "omit --capacity for an unbounded store"],
+    );
+}
+
+/// Review: `--offload-to` without a bounded first tier did nothing (`--capacity 0`) or was
+/// refused by the argument parser without saying why.
+#[test]
+fn offload_to_without_a_bounded_first_tier_is_refused_with_why() {
+    let lower = tempfile::tempdir().unwrap();
+    let lower = lower.path().to_str().unwrap();
+    for args in [
+        vec!["--offload-to", lower],
+        vec!["--capacity", "0", "--offload-to", lower],
+    ] {
+        assert_record_refused(&args, &["--capacity"]);
+    }
+    assert_record_refused(&["--offload-to", lower], &["needs a bounded first tier"]);
+}
+
+/// Review: `--slice` had no lower bound (a 1 ns slice made a 0.8 s recording take minutes to
+/// close, and a slice under one frame stores a 4 KiB-padded record per frame or less).
+#[test]
+fn a_slice_shorter_than_a_frame_or_4k_of_a_link_is_refused() {
+    // 5568-byte frames at 50 MB/s: one every 0.111 ms.
+    assert_record_refused(
+        &["--slice", "0.0001"],
+        &["--slice 0.0001 s is too short", "4 KiB", "--slice 0.000112"],
+    );
+    // 64-byte frames at 1 MB/s: 4 KiB every 4.096 ms.
+    assert_record_refused(
+        &[
+            "--frame-size",
+            "64",
+            "--rate-per-link",
+            "1MB/s",
+            "--slice",
+            "0.004",
+        ],
+        &["4 KiB", "--slice 0.004096"],
+    );
+    // The default (0.01 s) below that least length is not refused: it grows to it, and says so.
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let o = run(&[
+        "record",
+        "--store",
+        store.to_str().unwrap(),
+        "--links",
+        "1",
+        "--rate-per-link",
+        "100KB/s",
+        "--pre",
+        "0.2",
+        "--post",
+        "0.3",
+        "--no-limit",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("slices of 0.05568 s instead"), "{err}");
+    assert_eq!(json_of(&o)["recordings"][0]["slice_ns"], 55_680_000);
+}
+
+/// Review: nothing checked memory before the rings were allocated and touched: an abort, or
+/// the OOM killer. 200 TiB of rings (more than any machine, and than an x86-64 address
+/// space, so that without the check the allocation fails at once instead of eating memory).
+#[test]
+fn rings_larger_than_the_available_memory_are_refused_up_front() {
+    assert_record_refused(
+        &["--links", "1", "--dram-bound", "200TiB"],
+        &["memory available", "MemAvailable", "--dram-bound"],
+    );
+}
+
+/// README and --help said `--capacity C --offload-to DISK` "keeps fresh slices on a fast first
+/// tier and moves completed ones to disk". Measured: fresh slices land on the first tier while
+/// it has room (here: all of them, nothing on the second); it offloads its oldest segments
+/// past --offload-at whatever recording holds them (the test above: slices of the recording
+/// being written), and spills new slices straight to the second tier when it is full. The
+/// help says exactly that.
+#[test]
+fn offload_to_help_says_where_fresh_slices_land() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("fast");
+    let lower = tmp.path().join("disk");
+    let o = run(&[
+        "record",
+        "--store",
+        store.to_str().unwrap(),
+        "--capacity",
+        "1GiB",
+        "--offload-to",
+        lower.to_str().unwrap(),
+        "--links",
+        "2",
+        "--rate-per-link",
+        "5MB/s",
+        "--pre",
+        "0.2",
+        "--post",
+        "0.3",
+        "--no-limit",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    let tier = |i: usize| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("tier {i}:")))
+            .unwrap_or_else(|| panic!("no tier line: {out}"))
+            .to_string()
+    };
+    assert!(!tier(0).starts_with("tier 0: 0 B live"), "{out}");
+    assert!(tier(1).starts_with("tier 1: 0 B live"), "{out}");
+    let o = run(&["record", "--help"]);
+    let help = String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for needle in [
+        "Slices are written to the first tier while it has room",
+        "whichever recording holds them, finished or still being written",
+        "new slices are written straight here",
+    ] {
+        assert!(help.contains(needle), "no {needle:?} in: {help}");
+    }
 }

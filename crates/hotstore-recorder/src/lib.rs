@@ -12,8 +12,10 @@ pub mod frame;
 #[cfg(feature = "hdf5")]
 pub mod hdf5_export;
 pub mod manifest;
+pub mod mem;
 pub mod readback;
 pub mod recorder;
+pub mod recovery;
 pub mod ring;
 pub mod slice;
 pub mod source;
@@ -26,3 +28,4 @@ pub use readback::{export, verify, VerifyReport};
 pub use recorder::{
     now_ns, Recorder, RecorderConfig, RecorderHandle, RecorderReport, Sample, TriggerOutcome,
 };
+pub use recovery::close_interrupted;

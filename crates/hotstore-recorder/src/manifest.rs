@@ -24,8 +24,13 @@ pub enum RecordingState {
     /// Every frame of its window that reached the recorder is stored and durable.
     Complete,
     /// The recorder stopped before the window's end (input ended or shutdown); what is listed
-    /// is stored and durable.
+    /// is stored and durable. Also a recording a recorder left `recording` when it died
+    /// (killed, crashed), closed by the next open of the store (`interrupted`).
     Truncated,
+    /// The window ended and not one frame of it is stored: no link sent a frame stamped
+    /// inside it (links that send nothing, or a sender's clock far off this machine's), or
+    /// every frame was lost (see `lossy` and `notes`). Older versions do not know this state.
+    Empty,
 }
 
 /// One link's part of a recording.
@@ -98,6 +103,16 @@ pub struct Manifest {
     /// in older manifests (empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Links from which no frame stamped inside the window arrived (nothing stored, nothing
+    /// dropped): their part of the window is not in the store, and the recording is lossy.
+    /// Absent in older manifests and when every link sent (empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub silent_links: Vec<u16>,
+    /// True if the recorder writing this recording stopped without closing it (killed or
+    /// crashed) and a later open of the store closed it (`truncated`, with what the manifest
+    /// said was durable; the store may hold more). Absent in older manifests (false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
     /// Per-link progress.
     pub links: Vec<LinkManifest>,
     /// When the manifest was created (ns since the Unix epoch).
@@ -299,5 +314,7 @@ mod tests {
         assert_eq!(m.links[0].frames_discarded, 0);
         assert_eq!(m.trigger_head_missing_ns, 0);
         assert!(m.notes.is_empty());
+        assert!(m.silent_links.is_empty());
+        assert!(!m.interrupted);
     }
 }

@@ -260,11 +260,20 @@ pub fn verify(store: &Store, recording: u32) -> Result<VerifyReport> {
         )
     } else {
         let mut why = Vec::new();
-        if m.state != RecordingState::Complete {
-            why.push(format!(
+        match m.state {
+            RecordingState::Complete => {}
+            RecordingState::Empty => why.push(
+                "the manifest says Empty: the window ended and not one frame of it is stored"
+                    .into(),
+            ),
+            RecordingState::Truncated if m.interrupted => why.push(format!(
+                "the manifest says Truncated: its recorder stopped without closing it (killed or crashed), durable up to slice {} on every link",
+                m.slices_durable
+            )),
+            _ => why.push(format!(
                 "the manifest says {:?} (stopped at slice {} on every link)",
                 m.state, m.slices_durable
-            ));
+            )),
         }
         if m.lossy {
             let discarded = m.frames_discarded();
@@ -283,6 +292,12 @@ pub fn verify(store: &Store, recording: u32) -> Result<VerifyReport> {
                     "link {}: the first {:.3} ms of the window were no longer in its ring",
                     l.link,
                     l.head_missing_ns as f64 / 1e6
+                ));
+            }
+            if !m.silent_links.is_empty() {
+                lost.push(format!(
+                    "no frame inside the window arrived from link(s) {:?}",
+                    m.silent_links
                 ));
             }
             if m.trigger_head_missing_ns > 0 {

@@ -26,6 +26,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// The shortest slice a recorder takes (the command line asks more: at least a 4 KiB block
+/// of frames per link, see `hotstore record --slice`). The committer seals every slice index
+/// of a window, so a window of `w` seconds costs `w / slice` seals: a 1 ns slice made a 0.8 s
+/// recording take 220 s to close.
+pub const MIN_SLICE: Duration = Duration::from_micros(1);
 /// Most links a recorder takes.
 pub const MAX_LINKS: u16 = 4096;
 /// Frames a writer copies from one link before it looks at the next.
@@ -125,8 +130,14 @@ impl RecorderConfig {
                 ),
             );
         }
-        if self.slice.is_zero() {
-            return bad("slice", "must be longer than 0".into());
+        if self.slice < MIN_SLICE {
+            return bad(
+                "slice",
+                format!(
+                    "{:?} is shorter than {MIN_SLICE:?}: every slice is one event the committer seals, so a window would have more than a million of them per second",
+                    self.slice
+                ),
+            );
         }
         if self.writers == 0 || self.writers > 256 {
             return bad("writers", format!("{} (1 to 256)", self.writers));
@@ -203,6 +214,10 @@ struct LinkProgress {
     discarded: AtomicU64,
     /// The window's head this link's ring no longer held at the trigger (ns).
     head_missing_ns: AtomicU64,
+    /// When the link closed the recording: the timestamp of the frame past the window's end
+    /// that closed it, or of the newest frame its ring held (0: it never sent one). Says
+    /// where a link's frames were when none fell inside the window.
+    seen_ts_at_close: AtomicU64,
 }
 
 struct Recording {
@@ -302,6 +317,8 @@ struct Inner {
 pub struct Recorder {
     handle: RecorderHandle,
     threads: Vec<JoinHandle<()>>,
+    /// This process's record that a recorder runs on the store (see [`crate::recovery`]).
+    _active: crate::recovery::Active,
 }
 
 /// A cloneable handle for pushing frames and triggering.
@@ -331,9 +348,32 @@ pub struct RecorderReport {
 impl Recorder {
     /// Starts a recorder on `store`: allocates (and touches) the rings and starts the writer,
     /// committer and sampler threads. Recording ids continue after the store's last one.
+    ///
+    /// Before anything is allocated: rings larger than the memory available
+    /// ([`crate::mem::available`]) are refused ([`RecorderError::Config`] naming both figures),
+    /// and recordings a recorder that no longer runs left `recording` are closed
+    /// ([`crate::recovery::close_interrupted`]; each is logged).
     pub fn start(store: Arc<Store>, cfg: RecorderConfig) -> Result<Recorder> {
         cfg.validate()?;
         let capacity = cfg.ring_bytes_per_link / cfg.frame_len as u64;
+        let need = crate::mem::ring_bytes(cfg.links, cfg.frame_len, cfg.ring_bytes_per_link);
+        if let Some(avail) = crate::mem::available() {
+            if need > avail.bytes {
+                return Err(RecorderError::Config {
+                    name: "ring size",
+                    reason: format!(
+                        "{} links x {} bytes of ring (frames and timestamps: {need} bytes) is more than the {} bytes available ({}): lower ring_bytes_per_link or the number of links",
+                        cfg.links, cfg.ring_bytes_per_link, avail.bytes, avail.source
+                    ),
+                });
+            }
+        }
+        for c in crate::recovery::close_interrupted(&store)? {
+            // Not `eprintln!`: a closed stderr must not panic the recorder.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "hotstore record: {}", c.describe());
+        }
+        let active = crate::recovery::Active::register(&store)?;
         let next_id = manifest::list(store.dir())?.last().map_or(1, |l| l + 1);
         manifest::reserve_space(store.dir());
         let links = cfg.links as usize;
@@ -388,6 +428,7 @@ impl Recorder {
         Ok(Recorder {
             handle: RecorderHandle { inner },
             threads,
+            _active: active,
         })
     }
 
@@ -778,6 +819,8 @@ impl Inner {
             slices_durable,
             trigger_head_missing_ns,
             notes: r.notes.lock().clone(),
+            silent_links: Vec::new(),
+            interrupted: false,
             links,
             created_unix_ns: r.created_ns,
             updated_unix_ns: now_ns(),
@@ -1075,6 +1118,12 @@ fn close_if_ended(
         _ => {}
     }
     let p = &rec.links[cur.link as usize];
+    let ring = &inner.rings[cur.link as usize];
+    let seen = ts.unwrap_or_else(|| match ring.head() {
+        0 => 0,
+        h => ring.ts_of(h - 1),
+    });
+    p.seen_ts_at_close.store(seen, Ordering::SeqCst);
     // Marked closed under the lock, so a trigger either extends before this or queues after.
     p.closed.store(true, Ordering::SeqCst);
     p.reached_end
@@ -1104,6 +1153,51 @@ fn close_if_ended(
         inner.rings[cur.link as usize].unpin();
     }
     Ok(true)
+}
+
+/// The note of a recording whose links in `m.silent_links` sent no frame inside its window:
+/// which links, and where their frames were (a sender's clock off this machine's puts every
+/// frame outside the window), so the reader knows what to check.
+fn silent_note(r: &Recording, m: &Manifest) -> String {
+    const DETAILED: usize = 8;
+    let (start, end) = (m.start_ns, m.end_ns);
+    let secs = |ns: u64| ns as f64 / 1e9;
+    let mut about: Vec<String> = m
+        .silent_links
+        .iter()
+        .take(DETAILED)
+        .map(|&l| {
+            let seen = r.links[l as usize].seen_ts_at_close.load(Ordering::SeqCst);
+            let where_ = if seen == 0 {
+                "sent no frame at all".to_string()
+            } else if seen < start {
+                format!(
+                    "its newest frame was stamped {:.3} s before the window's start",
+                    secs(start - seen)
+                )
+            } else if seen >= end {
+                format!(
+                    "its frames were stamped from {:.3} s after the window's end",
+                    secs(seen - end)
+                )
+            } else {
+                "sent no frame stamped inside it".to_string()
+            };
+            format!("link {l} {where_}")
+        })
+        .collect();
+    if m.silent_links.len() > DETAILED {
+        about.push(format!(
+            "and {} more links",
+            m.silent_links.len() - DETAILED
+        ));
+    }
+    format!(
+        "no frame stamped inside the window [{start}, {end}) ns arrived from {} of the {} links, so nothing of the window is stored for them ({}): check that those links send, and that the senders' clocks agree with this machine's (frames are placed by their timestamps)",
+        m.silent_links.len(),
+        m.links.len(),
+        about.join("; ")
+    )
 }
 
 /// Nanoseconds of `[from, to)` that none of `recs` covers (their windows are disjoint).
@@ -1218,6 +1312,23 @@ fn commit_round(inner: &Inner) -> Result<()> {
                 RecordingState::Truncated
             };
             m.slices_durable = max_slices;
+            // Links that sent nothing inside the window: not complete, never silently
+            // (review: a recording with no frame at all, a sender's clock 30 s off, said
+            // `complete`).
+            m.silent_links = m
+                .links
+                .iter()
+                .filter(|l| l.frames_recorded == 0 && l.frames_dropped == 0)
+                .map(|l| l.link)
+                .collect();
+            if !m.silent_links.is_empty() {
+                r.note(silent_note(r, &m));
+                m.notes = r.notes.lock().clone();
+                m.lossy = true;
+            }
+            if reached && m.frames_recorded() == 0 {
+                m.state = RecordingState::Empty;
+            }
         }
         if all_done {
             manifest::write(inner.store.dir(), &m)?;

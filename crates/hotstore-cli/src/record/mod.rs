@@ -65,7 +65,9 @@ pub struct RunArgs {
     /// Bytes per frame (DUNE: 5568).
     #[arg(long, default_value = "5568", value_parser = parse_size, value_name = "BYTES")]
     frame_size: u64,
-    /// Generator rate per link, e.g. 100MB/s (decimal units; KiB/s, MiB/s, GiB/s binary).
+    /// Generator rate per link, e.g. 100MB/s: a size as everywhere else (KB, MB, GB, TB
+    /// decimal; K/KiB, M/MiB, G/GiB, T/TiB binary; fractions allowed here), with an optional
+    /// `/s`. With --source udp it is the rate the rings are sized for.
     #[arg(long, default_value = "50MB/s", value_parser = parse_rate, value_name = "RATE")]
     rate_per_link: f64,
     /// Frame source: `gen` (the built-in generator) or udp://HOST:PORT[,HOST:PORT...] (one
@@ -90,19 +92,23 @@ pub struct RunArgs {
     #[arg(long, value_parser = parse_secs, value_name = "SECS")]
     duration: Option<f64>,
     /// DRAM for all rings together (the backlog bound). Default: the pre-trigger window of
-    /// every link plus as much again, at least 64 MiB.
+    /// every link plus as much again (2 x --pre x --rate-per-link x --links), at least 64 MiB.
+    /// Refused if more than the memory available (MemAvailable, or the cgroup's limit).
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     dram_bound: Option<u64>,
-    /// Length of a time slice (one event per slice).
-    #[arg(long, default_value = "0.01", value_parser = parse_secs, value_name = "SECS")]
-    slice: f64,
+    /// Length of a time slice (one event per slice). At least the time a link takes to send
+    /// one frame and 4 KiB, at --rate-per-link (each slice is stored as one record padded to
+    /// 4 KiB: a shorter slice stores mostly padding, one store write and one event per frame
+    /// or less); shorter is refused. [default: 0.01, or that least length if longer]
+    #[arg(long, value_parser = parse_secs, value_name = "SECS")]
+    slice: Option<f64>,
     /// Writer threads (each owns a share of the links).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
     writers: u16,
     /// What a commit guarantees before the manifest claims the data.
     #[arg(long, value_enum, default_value = "persisted")]
     durability: crate::DurabilityArg,
-    /// Store capacity (default: unbounded for a new store).
+    /// Store capacity, more than 0 (default: unbounded for a new store: omit it).
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     capacity: Option<u64>,
     /// Create and pre-fault segment files at start: BYTES of them, or without a value all of
@@ -110,10 +116,15 @@ pub struct RunArgs {
     #[arg(long, requires = "capacity", num_args = 0..=1, default_missing_value = "all",
           value_parser = crate::util::parse_preallocate, value_name = "BYTES")]
     preallocate: Option<u64>,
-    /// A second tier in this directory (a disk, say, below a tmpfs first tier): once the
-    /// first tier's records pass --offload-at of --capacity, its oldest slices (completed
-    /// recordings first) move there in the background and stay readable and exportable.
-    #[arg(long, requires = "capacity", value_name = "DIR")]
+    /// A second tier in this directory (a disk, say, below a tmpfs first tier), under a
+    /// first tier bounded by --capacity (required). Slices are written to the first tier
+    /// while it has room; once its records pass --offload-at of --capacity, its oldest
+    /// segments (oldest slices first, whichever recording holds them, finished or still
+    /// being written) move here in the background. If the first tier fills anyway (input
+    /// faster than the offload, or a recording larger than the first tier), new slices are
+    /// written straight here instead of being dropped. Wherever they are, slices stay
+    /// readable, claimable and exportable.
+    #[arg(long, value_name = "DIR")]
     offload_to: Option<PathBuf>,
     /// Fraction of --capacity at which the first tier starts offloading to --offload-to.
     #[arg(long, requires = "offload_to", default_value_t = hotstore::OFFLOAD_HIGH_WATER,
@@ -206,33 +217,29 @@ struct SendArgs {
     frames: Option<u64>,
 }
 
-/// Parses a rate: a number and a unit (B, KB, MB, GB decimal; KiB, MiB, GiB binary), with an
-/// optional `/s`.
+/// Parses a rate: a size as [`parse_size`] reads it (the same units as every size option:
+/// KB, MB, GB, TB decimal; K/KiB, M/MiB, G/GiB, T/TiB binary), with an optional `/s`; unlike a
+/// size, the number may have a fraction (1.5GB/s).
 pub fn parse_rate(s: &str) -> Result<f64, String> {
     let t = s.trim();
-    let t = t.strip_suffix("/s").unwrap_or(t);
+    let t = t.strip_suffix("/s").unwrap_or(t).trim_end();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}`: a rate is a number and a unit, e.g. 100MB/s"))?;
-    let mult = match unit.trim() {
-        "" | "B" => 1.0,
-        "K" | "KB" | "k" | "kB" => 1e3,
-        "M" | "MB" => 1e6,
-        "G" | "GB" => 1e9,
-        "KiB" => 1024.0,
-        "MiB" => 1048576.0,
-        "GiB" => 1073741824.0,
-        u => {
-            return Err(format!(
-                "`{s}`: unknown unit `{u}` (B, KB, MB, GB, KiB, MiB, GiB)"
-            ))
-        }
-    };
-    let r = n * mult;
+    let n: f64 = num.parse().map_err(|_| {
+        format!("`{s}`: a rate is a number and a size unit, with an optional /s, e.g. 100MB/s")
+    })?;
+    // The unit's multiplier from the shared size parser: one unit of it.
+    let mult = parse_size(&format!("1{}", unit.trim())).map_err(|_| {
+        format!(
+            "`{s}`: unknown unit `{}` (a rate takes the units of sizes, with an optional /s: \
+             K/KiB, M/MiB, G/GiB, T/TiB for powers of 1024, KB, MB, GB, TB for powers of 1000), \
+             e.g. 100MB/s",
+            unit.trim()
+        )
+    })?;
+    let r = n * mult as f64;
     if !(r.is_finite() && r > 0.0) {
         return Err(format!("`{s}`: the rate must be more than 0"));
     }
@@ -302,5 +309,23 @@ mod tests {
         assert!(parse_rate("fast").is_err());
         assert!(parse_rate("0MB/s").is_err());
         assert!(parse_rate("3 parsecs").is_err());
+    }
+
+    /// Rates take the units of every size option (`parse_size`), plus `/s` and fractions:
+    /// before, `K` was 1000 in a rate and 1024 in a size, and `TB`, `T`, `M`, `G` (binary in
+    /// sizes) were refused or decimal.
+    #[test]
+    fn rates_take_the_units_of_sizes() {
+        use crate::util::parse_size;
+        for unit in [
+            "K", "k", "KiB", "KB", "M", "MiB", "MB", "G", "GiB", "GB", "T", "TB", "B",
+        ] {
+            let size = parse_size(&format!("3{unit}")).expect("a size unit");
+            assert_eq!(parse_rate(&format!("3{unit}/s")), Ok(size as f64), "{unit}");
+            assert_eq!(parse_rate(&format!("3 {unit}")), Ok(size as f64), "{unit}");
+        }
+        assert_eq!(parse_rate("0.5KiB/s"), Ok(512.0));
+        let e = parse_rate("3XB/s").expect_err("unknown unit");
+        assert!(e.contains("unknown unit `XB`"), "{e}");
     }
 }

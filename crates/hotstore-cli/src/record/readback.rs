@@ -12,9 +12,15 @@ fn err(e: impl std::fmt::Display) -> CliError {
 }
 
 /// Opens an existing store; the engine refuses any other path without creating anything
-/// there, with the same messages as `inspect`, `dump` and `verify`.
+/// there, with the same messages as `inspect`, `dump` and `verify`. Recordings left
+/// `recording` by a recorder that no longer runs (this process holds the store's lock, so
+/// none does) are closed first, and each is reported on stderr.
 fn open(dir: &Path) -> CliResult<Store> {
-    Ok(Store::builder(dir).create_if_missing(false).open()?)
+    let store = Store::builder(dir).create_if_missing(false).open()?;
+    for c in hotstore_recorder::close_interrupted(&store).map_err(err)? {
+        eprintln!("hotstore record: {}", c.describe());
+    }
+    Ok(store)
 }
 
 /// Verifies one or every recording; exit 0 only if all are complete and intact.

@@ -134,6 +134,7 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
             a.pre
         ));
     }
+    let slice = check_options(&a, bound, ring_per_link)?;
     let mut triggers = a.trigger_at.clone();
     if triggers.is_empty() && !a.no_trigger {
         triggers.push(a.pre + 0.2);
@@ -183,7 +184,7 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
     cfg.pre = Duration::from_secs_f64(a.pre);
     cfg.post = Duration::from_secs_f64(a.post);
     cfg.ring_bytes_per_link = ring_per_link;
-    cfg.slice = Duration::from_secs_f64(a.slice);
+    cfg.slice = Duration::from_secs_f64(slice);
     cfg.writers = a.writers as usize;
     cfg.durability = a.durability.into();
     log!(
@@ -262,6 +263,19 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
             })
             .map_err(|e| err(format!("spawn source: {e}")))?
     };
+    if udp.is_none() {
+        // The run's clock starts when the generator's frames flow: it first builds a pattern
+        // per link (about 0.2 MB each), which took longer than the default trigger's 0.5 s
+        // with 1000 links on a loaded machine, so the trigger's window ended before the first
+        // frame, stamped after it (found once empty recordings were no longer `complete`).
+        // Not a timing assumption: it waits for the first frame, the source's end, or a stop.
+        while handle.sample_now().frames_in == 0
+            && !src.is_finished()
+            && !STOP.load(Ordering::SeqCst)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 
     let t0 = Instant::now();
     // A scripted trigger is stamped at its scheduled time, t0 + --trigger-at, not when the
@@ -367,6 +381,96 @@ pub fn record(a: RunArgs) -> CliResult<ExitCode> {
         stored_is_durable,
         (stopped_at, triggers.first().copied()),
     )
+}
+
+/// The default `--slice`, in seconds.
+const DEFAULT_SLICE: f64 = 0.01;
+
+/// Refuses, before anything is created, options that would be silently ignored or misread, or
+/// that the machine cannot hold. Returns the slice length (seconds).
+fn check_options(a: &RunArgs, bound: u64, ring_per_link: u64) -> CliResult<f64> {
+    if a.capacity == Some(0) {
+        return fail(
+            "--capacity 0: a store of 0 bytes holds nothing; omit --capacity for an unbounded store",
+        );
+    }
+    if a.offload_to.is_some() && a.capacity.is_none() {
+        return fail(
+            "--offload-to needs a bounded first tier: give --capacity (the first tier's size; \
+             its oldest slices move to --offload-to once it is --offload-at full), or omit \
+             --offload-to for a one-tier store",
+        );
+    }
+    // Every slice of a link is one store record padded to a multiple of 4 KiB (and one event
+    // to seal): a slice shorter than one frame or one 4 KiB block of a link's data stores
+    // mostly padding, one write per frame or less, and empty slices in between.
+    let min_bytes = (a.frame_size as f64).max(4096.0);
+    let min_slice = min_bytes / a.rate_per_link;
+    // Rounded up to the microsecond, so the value suggested passes.
+    let suggest = (min_slice * 1e6).ceil() / 1e6;
+    let what = if a.frame_size >= 4096 { "one" } else { "4 KiB" };
+    let slice = match a.slice {
+        Some(s) => s,
+        None if DEFAULT_SLICE < min_slice => {
+            log!(
+                "hotstore record: note: --slice: the default {DEFAULT_SLICE} s holds less than {what} of a link's frames at --rate-per-link {}; slices of {suggest} s instead",
+                decimal_rate(a.rate_per_link)
+            );
+            suggest
+        }
+        None => DEFAULT_SLICE,
+    };
+    if slice < min_slice {
+        return fail(format!(
+            "--slice {} s is too short: at --rate-per-link {} a link sends one {}-byte frame \
+             every {:.3} ms, and each slice is stored as one record padded to 4 KiB, so a slice \
+             must hold at least {} of a link's frames ({:.6} s): give --slice {suggest} or \
+             more (default {DEFAULT_SLICE})",
+            slice,
+            decimal_rate(a.rate_per_link),
+            a.frame_size,
+            a.frame_size as f64 / a.rate_per_link * 1e3,
+            what,
+            min_slice
+        ));
+    }
+    let need = hotstore_recorder::mem::ring_bytes(a.links, a.frame_size as usize, ring_per_link);
+    if let Some(avail) = hotstore_recorder::mem::available() {
+        if need > avail.bytes {
+            let set_by = if a.dram_bound.is_some() {
+                "--dram-bound".to_string()
+            } else {
+                format!(
+                    "the default --dram-bound, 2 x --pre {} s x --rate-per-link {} x --links {}",
+                    a.pre,
+                    decimal_rate(a.rate_per_link),
+                    a.links
+                )
+            };
+            return fail(format!(
+                "the rings would take {} ({} of frames over {} link(s), and 8 bytes of timestamp \
+                 per frame), more than the {} of memory available ({}); set by {set_by}: lower \
+                 --dram-bound, --pre, --rate-per-link or --links",
+                human_bytes(need as f64),
+                human_bytes(bound as f64),
+                a.links,
+                human_bytes(avail.bytes as f64),
+                avail.source
+            ));
+        }
+    }
+    Ok(slice)
+}
+
+/// A rate in the decimal units `--rate-per-link` is usually given in (50 MB/s).
+fn decimal_rate(bytes_per_sec: f64) -> String {
+    let (v, unit) = match bytes_per_sec {
+        r if r >= 1e9 => (r / 1e9, "GB/s"),
+        r if r >= 1e6 => (r / 1e6, "MB/s"),
+        r if r >= 1e3 => (r / 1e3, "KB/s"),
+        r => (r, "B/s"),
+    };
+    format!("{} {unit}", (v * 1000.0).round() / 1000.0)
 }
 
 struct Totals {
@@ -534,6 +638,15 @@ fn summarize(
                 m.frames_recorded(),
                 m.frames_dropped()
             );
+            if m.state == RecordingState::Empty {
+                println!("  EMPTY: not one frame of the window is stored (see the notes below)");
+            }
+            if m.interrupted {
+                println!("  interrupted: its recorder stopped without closing it");
+            }
+            for n in &m.notes {
+                println!("  note: {n}");
+            }
         }
         if r.frames_dropped > t.frames_dropped {
             // The progress lines count every drop since the start; the recordings only those
