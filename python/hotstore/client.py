@@ -629,10 +629,15 @@ class HotstoreClient:
         self.execute("EVENT.GROUP", "DESTROY", name)
 
     def groups(self) -> List[Dict[str, Any]]:
-        """Every consumer group (``EVENT.GROUPS``) as a dict: ``name``, ``required``,
+        """Every consumer group (``EVENT.GROUPS``) as a dict: ``name``, ``required`` (bool),
         ``consumers``, ``pending``, ``lag``, ``poisoned``, ``delivered``, ``acked``,
-        ``oldest-waiting-ms`` and ``oldest-pending-ms`` (-1: none)."""
-        return [_pairs(g) for g in (self.execute("EVENT.GROUPS") or [])]
+        ``oldest-waiting-ms`` and ``oldest-pending-ms`` (-1: none): the keys the embedded
+        ``Store.groups()`` gives too."""
+        groups = [_pairs(g) for g in (self.execute("EVENT.GROUPS") or [])]
+        for g in groups:
+            if "required" in g:
+                g["required"] = bool(int(g["required"]))
+        return groups
 
     def consumers(self, group: str) -> List[Dict[str, Any]]:
         """The consumers of ``group`` (``EVENT.CONSUMERS``): dicts with ``name``, ``pending``

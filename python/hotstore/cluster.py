@@ -77,6 +77,10 @@ MAX_BUFFERED_PER_NODE = 100_000
 # Errors of a node that does not answer (refused, reset, timed out).
 _NODE_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 
+# ``socket_timeout`` not given: :attr:`ClusterClient.DEFAULT_SOCKET_TIMEOUT` (``None`` is
+# "wait forever", so it cannot mean "not given").
+_DEFAULT: Any = object()
+
 
 # --------------------------------------------------------------------------------------------
 # Errors
@@ -163,7 +167,12 @@ class ClusterClient:
     Give one node (``host``, ``port``) or several (``startup_nodes``, ``host:port`` strings or
     ``(host, port)`` pairs): the client reads the map from the first that answers.
     ``password``, ``username``, ``protocol`` (2 or 3) and ``socket_timeout`` apply to every
-    connection, including a consumer's. Other keyword arguments go to ``RedisCluster``
+    connection, including a consumer's. ``socket_timeout`` is how long a node may take to
+    answer (and to accept a connection) before it is taken as down
+    (:class:`NodeUnavailableError`): by default :attr:`DEFAULT_SOCKET_TIMEOUT` (30 s, as the
+    Rust cluster client's ``DEFAULT_NODE_RESPONSE_TIMEOUT``); ``None`` waits forever, so a node
+    that accepts connections but never answers (a stopped process, a lost route) holds the
+    call forever. Other keyword arguments go to ``RedisCluster``
     (e.g. ``retry=`` to retry a dead node fewer times). :attr:`redis` is the ``RedisCluster``
     itself, for the standard commands.
 
@@ -172,6 +181,11 @@ class ClusterClient:
     node of the key or event does not answer, and redis-py's ``ResponseError`` for the rest.
     A ``ClusterClient`` may be shared between threads (``RedisCluster`` pools connections).
     """
+
+    #: Seconds a node may take to answer when ``socket_timeout`` is not given. Fix (found in
+    #: review): there was none, so one node that accepted connections and never answered
+    #: held the caller forever (the Rust cluster client waits 30 s, then takes it as down).
+    DEFAULT_SOCKET_TIMEOUT: Optional[float] = 30.0
 
     def __init__(
         self,
@@ -182,9 +196,11 @@ class ClusterClient:
         password: Optional[str] = None,
         username: Optional[str] = None,
         protocol: int = 2,
-        socket_timeout: Optional[float] = None,
+        socket_timeout: Any = _DEFAULT,
         **cluster_kwargs: Any,
     ):
+        if socket_timeout is _DEFAULT:
+            socket_timeout = self.DEFAULT_SOCKET_TIMEOUT
         nodes: List[ClusterNode] = []
         if host is not None or port is not None:
             nodes.append(ClusterNode(host or "127.0.0.1", int(port or 7001)))
@@ -213,10 +229,15 @@ class ClusterClient:
                 **self.connection_kwargs,
                 **cluster_kwargs,
             )
-        except RedisClusterException as e:
+        except (RedisClusterException, *_NODE_ERRORS) as e:  # type: ignore[misc]
             raise NodeUnavailableError(
-                "no node of the cluster answers (tried %s): %s"
-                % (", ".join(_addr(n) for n in nodes), e)
+                "no node of the cluster answers (tried %s, waiting up to %s for each): %s; "
+                "check that the nodes run and are reachable, or name others in startup_nodes"
+                % (
+                    ", ".join(_addr(n) for n in nodes),
+                    "forever" if socket_timeout is None else f"{socket_timeout} s",
+                    e,
+                )
             ) from e
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -530,11 +551,12 @@ class ClusterConsumer:
                 break
             try:
                 if n.claimer is None:
-                    # The socket waits a little longer than the server's BLOCK.
+                    # The socket waits the server's BLOCK longer than a reply may take, and
+                    # at least 30 s more: a node that stops answering is taken as down (even
+                    # with socket_timeout=None), a slow one is not.
                     kw = dict(self.cluster.connection_kwargs)
-                    kw["socket_timeout"] = max(kw.get("socket_timeout") or 0, 0) + (
-                        self.block_ms / 1000.0 + 30.0
-                    )
+                    base = max(kw.get("socket_timeout") or 0.0, 30.0)
+                    kw["socket_timeout"] = base + self.block_ms / 1000.0
                     kw["socket_connect_timeout"] = 10.0
                     n.claimer = self.cluster.client(n.addr, **kw)
                 claims = n.claimer.event_next_many(

@@ -18,6 +18,7 @@ repository or of ``CARGO_TARGET_DIR``). Needs redis-py 5 or later.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -331,3 +332,149 @@ def test_a_blocking_next_keeps_the_claims_held(server):
         hs.event_ack(ev.token, remove=True)  # the claim is still this connection's
     finally:
         hs.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Found in a later review: the cluster client's default timeout, an empty event, the fields
+# of groups()
+# --------------------------------------------------------------------------------------------
+
+
+class SilentNode:
+    """A listening socket that accepts connections and never answers (a stopped process, a
+    lost route): what a dead node looks like to a client that has no read timeout."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.accepted = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            self.accepted.append(conn)
+
+    def close(self):
+        self.listener.close()
+        for c in self.accepted:
+            c.close()
+
+
+def test_cluster_client_times_out_on_a_silent_node(monkeypatch):
+    """ClusterClient had no default socket_timeout: a node that accepts and never answers
+    held the caller forever. Without socket_timeout it now waits
+    ClusterClient.DEFAULT_SOCKET_TIMEOUT (30 s, made short here) and raises
+    NodeUnavailableError. The call runs on a thread so that a hang fails the test (after
+    HANG_S) instead of hanging it; a working client ends it after its own timeout."""
+    from hotstore.cluster import ClusterClient, NodeUnavailableError
+
+    assert ClusterClient.DEFAULT_SOCKET_TIMEOUT == 30.0
+    monkeypatch.setattr(ClusterClient, "DEFAULT_SOCKET_TIMEOUT", 0.5, raising=False)
+    node = SilentNode()
+    outcome = []
+    done = threading.Event()
+
+    def connect():
+        try:
+            outcome.append(ClusterClient("127.0.0.1", node.port))
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            outcome.append(e)
+        done.set()
+
+    try:
+        threading.Thread(target=connect, daemon=True).start()
+        assert done.wait(HANG_S), "ClusterClient hung on a node that never answers"
+    finally:
+        node.close()
+    (err,) = outcome
+    assert isinstance(err, NodeUnavailableError), repr(err)
+    assert "Timeout" in str(err) and f"127.0.0.1:{node.port}" in str(err), str(err)
+    assert "waiting up to 0.5 s" in str(err), str(err)
+
+
+
+def test_an_empty_event_is_refused_by_the_server(server):
+    """The server names events by the layout's fields (``7 42``) or their tag (``7:42``): an
+    empty one is refused with an error saying what is wrong, never answered with fragments
+    (the embedded ``event(b"")`` returned the whole store; tests/python/test_embedded_review.py)."""
+    run = seal_one(server.port)
+    with HotstoreClient("127.0.0.1", server.port, socket_timeout=HANG_S) as hs:
+        r = hs.redis
+        for args, says in [
+            (("EVENT.GET", ""), "wrong number of arguments"),
+            (("EVENT.GET", "", ""), "is not an unsigned integer"),
+            (("EVENT.GET", ":"), "unsigned integers joined by ':'"),
+            (("EVENT.GET", f"{run}:"), "unsigned integers joined by ':'"),
+            (("EVENT.SEAL", ""), "wrong number of arguments"),
+            (("FRAG.GET", "", "", "", ""), "is not an unsigned integer"),
+        ]:
+            with pytest.raises(redis.exceptions.ResponseError, match=says):
+                r.execute_command(*args)
+        assert [f.value for f in hs.event_get(run, 1)] == [b"x"]  # a real one still works
+
+
+# The keys of a consumer group, as docs/protocol.md (EVENT.GROUPS) gives them.
+GROUP_KEYS = [
+    "acked",
+    "consumers",
+    "delivered",
+    "lag",
+    "name",
+    "oldest-pending-ms",
+    "oldest-waiting-ms",
+    "pending",
+    "poisoned",
+    "required",
+]
+
+# The embedded store's groups(), run in another interpreter: this file puts python/ first on
+# sys.path, where the package has no native part. Prints the sorted keys and value types.
+EMBEDDED_GROUPS = r"""
+import json, sys, tempfile, hotstore
+with tempfile.TemporaryDirectory(dir=sys.argv[1]) as d:
+    with hotstore.open(d + "/store", segment_size=1 << 20, durability="memory") as s:
+        s.create_group("farm")
+        s.create_group("monitor", required=False)
+        g = s.groups()
+        print(json.dumps([{k: type(v).__name__ for k, v in x.items()} for x in g]))
+"""
+
+
+def test_groups_have_the_same_keys_embedded_and_over_the_network(server):
+    """groups() of the embedded store used the engine's names (delivered_total,
+    oldest_waiting in seconds...), the network client's the protocol's: the same code did
+    not work on both. Now both give the protocol's keys, with the same types."""
+    with HotstoreClient("127.0.0.1", server.port, socket_timeout=HANG_S) as hs:
+        name = f"keys-{os.getpid()}"
+        hs.group_create(name, required=False)
+        try:
+            net = [g for g in hs.groups() if g["name"] == name]
+        finally:
+            hs.group_destroy(name)
+    assert len(net) == 1 and sorted(net[0]) == GROUP_KEYS
+    assert net[0]["required"] is False
+    net_types = {k: type(v).__name__ for k, v in net[0].items()}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with tempfile.TemporaryDirectory() as cwd:
+        probe = subprocess.run(
+            [sys.executable, "-c", "import hotstore._hotstore"],
+            cwd=cwd, env=env, capture_output=True, text=True,
+        )
+        if probe.returncode != 0:
+            pytest.skip("the hotstore package with its native part is not installed "
+                        "(pip install ./python): " + probe.stderr.strip().splitlines()[-1])
+        out = subprocess.run(
+            [sys.executable, "-c", EMBEDDED_GROUPS, SHM or tempfile.gettempdir()],
+            cwd=cwd, env=env, capture_output=True, text=True, timeout=HANG_S,
+        )
+    assert out.returncode == 0, out.stderr
+    embedded = json.loads(out.stdout)
+    assert len(embedded) == 2
+    for g in embedded:
+        assert sorted(g) == GROUP_KEYS
+        assert g == net_types, (g, net_types)

@@ -159,3 +159,104 @@ def test_a_wait_in_slices_still_gets_the_event(path, kind):
     assert c is not None and c.event == (1, 2)
     c.ack()
     s.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Found in a later review: an empty event id, the directory lock in forked children, the
+# fields of groups().
+# --------------------------------------------------------------------------------------------
+
+
+def test_an_empty_event_id_is_refused(path):
+    """The empty id is the prefix of every key: ``event(b"")`` returned every fragment of the
+    store as one event. It is refused (ValueError), as is an id shorter than the layout's
+    event prefix (the prefix of many events); the other calls taking an event refuse it too."""
+    with hotstore.open(path, segment_size=1 << 20, durability="memory") as s:
+        for ev in (1, 2):
+            s.put(frag(ev, 0), b"fragment")
+        s.put(b"calibration", b"not a fragment")
+        for call in (s.event, s.event_info, s.seal):
+            with pytest.raises(ValueError, match="an event id must not be empty") as e:
+                call(b"")
+            assert isinstance(e.value, errors.InvalidArgument)
+        with pytest.raises(ValueError, match="an event id of this store is 12 bytes"):
+            s.event(hotstore.event_id(1, 1)[:4])  # the prefix of all of run 1
+        # Well-formed ids work on.
+        assert [k for k, _ in s.event((1, 2))] == [frag(2, 0)]
+        assert [k for k, _ in s.event(hotstore.event_id(1, 1))] == [frag(1, 0)]
+
+
+def test_a_forked_child_does_not_keep_the_directory_lock(path):
+    """The store's lock is a flock on its LOCK file, which a fork shares with the child: a
+    child still alive after the parent closed the store kept the directory locked, and the
+    parent's reopen was refused (StoreLocked). The child is released through a pipe, so the
+    reopen surely happens while it lives."""
+    s = hotstore.open(path, segment_size=1 << 20)
+    s.put(b"k", b"v")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: waits for the parent, touches nothing else
+        try:
+            os.close(w)
+            os.read(r, 1)  # returns when the parent closes its end
+        finally:
+            os._exit(0)
+    os.close(r)
+    try:
+        # The child's handler did not release the parent's lock: still locked.
+        with pytest.raises(errors.StoreLocked):
+            hotstore.open(path)
+        s.close()
+        with hotstore.open(path) as again:  # StoreLocked before the fix
+            assert again.get_bytes(b"k") == b"v"
+        assert os.waitpid(pid, os.WNOHANG) == (0, 0), "the child ended before the reopen"
+    finally:
+        s.close()
+        os.close(w)
+        os.waitpid(pid, 0)
+
+
+# The keys of a consumer group, as docs/protocol.md (EVENT.GROUPS) and python/README.md give
+# them; the network client's groups() has the same (tests/python/test_client_review.py).
+GROUP_KEYS = {
+    "name",
+    "required",
+    "consumers",
+    "pending",
+    "lag",
+    "poisoned",
+    "delivered",
+    "acked",
+    "oldest-waiting-ms",
+    "oldest-pending-ms",
+}
+
+
+def test_groups_have_the_documented_keys(path):
+    """groups() used the engine's names (delivered_total, oldest_waiting in seconds...), the
+    network client the protocol's: now both the protocol's. The old names still read."""
+    with hotstore.open(path, segment_size=1 << 20, durability="memory") as s:
+        s.set_event_policy(expected_fragments=1)
+        s.create_group("farm")
+        s.create_group("monitor", required=False)
+        s.put(frag(1, 0), b"f")
+        s.put(frag(2, 0), b"f")
+        c = s.next_event_in("farm", "w1", lease=30)
+        s.next_event_in("farm", "w1", lease=30).ack(hotstore.REMOVE)
+        g = {x["name"]: x for x in s.groups()}
+        assert set(g) == {"farm", "monitor"}
+        for x in g.values():
+            assert set(x) == GROUP_KEYS
+        farm = g["farm"]
+        assert (farm["required"], g["monitor"]["required"]) == (True, False)
+        assert (farm["pending"], farm["delivered"], farm["acked"]) == (1, 2, 1)
+        assert farm["oldest-pending-ms"] >= 0 and isinstance(farm["oldest-pending-ms"], int)
+        assert g["monitor"]["oldest-pending-ms"] == -1
+        # The former names, readable but not listed.
+        assert (farm["delivered_total"], farm.get("acked_total")) == (2, 1)
+        assert isinstance(farm["oldest_pending"], float)
+        assert g["monitor"]["oldest_pending"] is None
+        assert farm.get("no such field", "absent") == "absent"
+        with pytest.raises(KeyError):
+            farm["no such field"]
+        c.release()

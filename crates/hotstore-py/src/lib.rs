@@ -25,7 +25,7 @@ use parking_lot::{Mutex, RwLock};
 use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -882,10 +882,31 @@ impl Store {
         py.detach(|| engine.destroy_group(name)).py()
     }
 
-    /// Every consumer group, as dicts.
-    fn groups<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let g = self.shared.engine()?.groups();
-        json_to_py(py, &g)
+    /// Every consumer group, as dicts with the fields of the server's EVENT.GROUPS (as the
+    /// network client gives them; docs/protocol.md). Fix (found in review): the binding
+    /// used the engine's field names (`delivered_total`, `oldest_waiting` in seconds, ...),
+    /// the client the protocol's: code moved from one to the other broke. The old names are
+    /// still readable (`g["delivered_total"]`, `g.get(...)`), not listed among the keys.
+    fn groups<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let groups = self.shared.engine()?.groups();
+        let make = py.import("hotstore._groups")?.getattr("GroupInfo")?;
+        let ms = |d: Option<std::time::Duration>| d.map_or(-1, |d| d.as_millis() as i64);
+        let out = PyList::empty(py);
+        for g in &groups {
+            let d = PyDict::new(py);
+            d.set_item("name", &g.name)?;
+            d.set_item("required", g.required)?;
+            d.set_item("consumers", g.consumers)?;
+            d.set_item("pending", g.pending)?;
+            d.set_item("lag", g.lag)?;
+            d.set_item("poisoned", g.poisoned)?;
+            d.set_item("delivered", g.delivered_total)?;
+            d.set_item("acked", g.acked_total)?;
+            d.set_item("oldest-waiting-ms", ms(g.oldest_waiting))?;
+            d.set_item("oldest-pending-ms", ms(g.oldest_pending))?;
+            out.append(make.call1((d, json_to_py(py, g)?))?)?;
+        }
+        Ok(out)
     }
 
     /// The consumers group `group` remembers, as dicts.
@@ -952,6 +973,7 @@ impl Store {
     ) -> PyResult<Vec<(Py<PyBytes>, Value)>> {
         let id = event_id_of(event)?;
         let engine = self.shared.engine()?;
+        let id = check_event_len(&engine, id)?;
         fragments_of(py, &engine, &id)
     }
 
@@ -999,7 +1021,30 @@ fn event_id_of(obj: &Bound<'_, PyAny>) -> PyResult<EventId> {
             "an event is a (run, event) tuple or its id bytes (hotstore.event_id(run, event))",
         )
     })?;
+    // Fix (found in review): the empty id is the prefix of every key, so event(b"") handed
+    // out every fragment of the store as one event.
+    if b.as_slice().is_empty() {
+        return Err(invalid(
+            "an event id must not be empty: give a (run, event) tuple or the event's id bytes \
+             (hotstore.event_id(run, event))",
+        ));
+    }
     Ok(EventId::from_prefix(b.as_slice()))
+}
+
+/// `id` if it names an event of this store: its length is the key layout's event prefix
+/// (a shorter one is the prefix of many events' keys).
+fn check_event_len(engine: &Engine, id: EventId) -> PyResult<EventId> {
+    let layout = engine.layout();
+    let want = layout.event_prefix_len();
+    if id.as_bytes().len() != want {
+        return Err(invalid(format!(
+            "an event id of this store is {want} bytes (key layout `{layout}`), not {}: give \
+             a (run, event) tuple or hotstore.event_id(run, event)",
+            id.as_bytes().len()
+        )));
+    }
+    Ok(id)
 }
 
 /// The first key after every key starting with `prefix` (None: there is none).

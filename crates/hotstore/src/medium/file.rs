@@ -386,24 +386,21 @@ impl Medium for FileMedium {
 
     fn lock(&self) -> Result<Box<dyn Any + Send + Sync>> {
         let path = self.file_path("LOCK");
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io("open lock file", &path, e))?;
-        // Safety: plain syscall on an open descriptor. The lock dies with the process.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(Error::Locked(self.dir.clone(), lock_holder(&path)));
-        }
+        // The lock dies with the process, and is not kept by its forked children.
+        let mut lock = match super::dir_lock::lock(&path) {
+            Ok(Some(lock)) => lock,
+            Ok(None) => return Err(Error::Locked(self.dir.clone(), lock_holder(&path))),
+            Err(("open", e)) => return Err(Error::io("open lock file", &path, e)),
+            Err((_, e)) => return Err(Error::io("lock (flock)", &path, e)),
+        };
         // Who holds it, for the error another process gets (best effort: the lock is the
         // flock, not this text). Found by a new-user review: the error named no process.
-        let mut f = f;
-        let _ = f.set_len(0).and_then(|()| {
-            std::io::Write::write_all(&mut f, format!("{}\n", std::process::id()).as_bytes())
-        });
-        Ok(Box::new(f))
+        if let Some(f) = lock.file() {
+            let _ = f.set_len(0).and_then(|()| {
+                std::io::Write::write_all(f, format!("{}\n", std::process::id()).as_bytes())
+            });
+        }
+        Ok(Box::new(lock))
     }
 }
 

@@ -2,6 +2,7 @@
 //! through [`Medium`] (a directory of files) and [`Region`] (one preallocated, mapped file), so
 //! tests can plug in [`FaultMedium`], which keeps only what was persisted and fails on demand.
 
+mod dir_lock;
 pub mod direct;
 mod fault;
 mod file;
