@@ -40,6 +40,10 @@ struct TierState {
     /// Ready files being created right now (their space is counted in `used_bytes` but they
     /// are not pooled yet).
     preparing: usize,
+    /// Pooled files being deleted right now to make room for a file of another size
+    /// (`unpool_for`): no longer pooled, still counted in `used_bytes`. A taker that finds no
+    /// room waits for them, as for a file being prepared: the room they give back is its.
+    unpooling: usize,
     /// When writers last took standard files, for the stock target.
     recent_takes: VecDeque<Instant>,
     /// Pooled files not warmed since their pages may have left memory (see `warm_next`).
@@ -109,6 +113,7 @@ impl Tier {
                 ready: Vec::new(),
                 device_full: false,
                 preparing: 0,
+                unpooling: 0,
                 recent_takes: VecDeque::new(),
                 cold: HashSet::new(),
                 mostly_direct: false,
@@ -279,7 +284,7 @@ impl Tier {
                     if room && self.fits(&s, len) {
                         break;
                     }
-                    if s.preparing == 0 {
+                    if s.preparing == 0 && s.unpooling == 0 {
                         return Ok(None);
                     }
                     waited = true;
@@ -295,7 +300,10 @@ impl Tier {
             // The device is full; a file prepared meanwhile may be the room that is left.
             let s = self.state.lock();
             let pooled = s.free.len() + s.ready.len();
-            if s.preparing == 0 && !(len == self.segment_size && pooled > held_back) {
+            if s.preparing == 0
+                && s.unpooling == 0
+                && !(len == self.segment_size && pooled > held_back)
+            {
                 return Ok(None);
             }
         }
@@ -545,17 +553,32 @@ impl Tier {
                     return Ok(());
                 }
                 match s.pop_pooled() {
-                    Some(r) => r,
+                    Some(r) => {
+                        s.unpooling += 1;
+                        r
+                    }
                     None => return Ok(()),
                 }
             };
             let (slot, region) = taken;
             let freed = region.len() as u64;
             drop(region);
-            self.forget(slot)?;
+            // Fix (kill -9 campaign on a 96 MiB block tier, 4 MiB segments, two writers
+            // removing at once on a full store): unlisting the file writes the file list
+            // durably, milliseconds on a disk, and meanwhile the file was neither pooled nor
+            // unallocated room. The other removal's take found no room, nothing being prepared,
+            // and answered StoreFull, although the room came back a moment later. Takers now
+            // wait for the unpooling (`unpooling`), as for a file being prepared.
+            let forgotten = self.forget(slot);
             let mut s = self.state.lock();
-            s.used_bytes -= freed;
-            s.device_full = false;
+            s.unpooling -= 1;
+            if forgotten.is_ok() {
+                s.used_bytes -= freed;
+                s.device_full = false;
+            }
+            drop(s);
+            self.prepared.notify_all();
+            forgotten?;
         }
     }
 
@@ -610,6 +633,73 @@ mod tests {
         };
         let files = Arc::new(FileList::new(medium.clone(), meta).unwrap());
         Tier::new(0, medium, 0, SEG, files)
+    }
+
+    /// A block tier of `capacity` bytes (0: the file system decides).
+    fn bounded_block_tier(dir: &std::path::Path, capacity: u64) -> Tier {
+        let medium: Arc<dyn Medium> = Arc::new(
+            FileMedium::new(dir, Domain::Block)
+                .unwrap()
+                .without_direct_io(),
+        );
+        let meta = Meta {
+            format_version: FORMAT_VERSION,
+            layout: "k:u64".into(),
+            segment_size_bytes: SEG as u64,
+            created_unix_ms: 0,
+            tiers: vec![TierMeta {
+                path: ".".into(),
+                domain: Domain::Block,
+                capacity_bytes: capacity,
+                files: None,
+            }],
+        };
+        let files = Arc::new(FileList::new(medium.clone(), meta).unwrap());
+        Tier::new(0, medium, capacity, SEG, files)
+    }
+
+    /// Regression (kill -9 campaign, `hotstore stress --max-value 4MiB --segment-size 4MiB
+    /// --capacity 96MiB --durability memory` on a disk: about one run in five had a removal
+    /// answered StoreFull): the only room of a full bounded tier is a pooled standard file, and
+    /// two removals take a small file each at once. One unpools the standard file (deleting
+    /// it, which writes the file list durably); the other must wait for that room, not answer
+    /// that the tier is full.
+    #[test]
+    fn a_small_file_is_not_refused_while_another_taker_unpools_the_room() {
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let tier = bounded_block_tier(dir.path(), 2 * SEG as u64);
+        let _in_use = tier.take(SEG, 0).unwrap().unwrap();
+        let small = SEG / 8;
+        for round in 0..100 {
+            let ((slot, region), _) = tier.take(SEG, 0).unwrap().unwrap();
+            tier.give_back(slot, region, false).unwrap();
+            assert_eq!(
+                tier.room_bytes(),
+                SEG as u64,
+                "round {round}: one pooled file of room"
+            );
+            let start = std::sync::Barrier::new(2);
+            let got: Vec<Option<SlotRegion>> = std::thread::scope(|scope| {
+                let takers: Vec<_> = (0..2)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            start.wait();
+                            tier.take(small, 0).unwrap().map(|t| t.0)
+                        })
+                    })
+                    .collect();
+                takers.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            let refused = got.iter().filter(|g| g.is_none()).count();
+            for (slot, region) in got.into_iter().flatten() {
+                tier.give_back(slot, region, false).unwrap();
+            }
+            assert_eq!(
+                refused, 0,
+                "round {round}: a small file was refused while the other taker turned the \
+                 pooled file into room for both"
+            );
+        }
     }
 
     /// Pages of `region` in the page cache (`mincore` on its mapping).
