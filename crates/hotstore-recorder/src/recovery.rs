@@ -6,7 +6,7 @@
 //! store holds an exclusive `flock` on its `LOCK` file for as long as it is open (the kernel
 //! releases it when the process dies, however it dies). So whoever holds an open `Store` is the
 //! only process that can be writing that store's recordings; and within this process, the
-//! recorders running on a store are registered here ([`Active`]). A manifest that says
+//! recorders running on a store are registered here (`Active`). A manifest that says
 //! `recording` while we hold the store and no recorder of ours runs on it was left by a
 //! recorder that no longer runs. No timing is involved.
 
