@@ -87,7 +87,7 @@ pub struct BenchArgs {
     /// Store capacity. Default: half the file system's free space, and on a memory file
     /// system at most a quarter of the available RAM, so a long put run on /dev/shm stops at
     /// "store full" instead of exhausting memory.
-    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    #[arg(long, value_parser = crate::util::parse_capacity, value_name = "BYTES")]
     capacity: Option<u64>,
     /// Runs to take the median of.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]

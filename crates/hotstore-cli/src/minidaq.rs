@@ -80,7 +80,7 @@ pub struct MinidaqArgs {
     #[arg(long, value_enum, default_value = "persisted")]
     durability: DurabilityArg,
     /// Store capacity (preallocated for a temporary store).
-    #[arg(long, default_value = "2GiB", value_parser = parse_size, value_name = "BYTES")]
+    #[arg(long, default_value = "2GiB", value_parser = crate::util::parse_capacity, value_name = "BYTES")]
     capacity: u64,
     /// Lease of each claim.
     #[arg(long, default_value = "30", value_parser = parse_secs, value_name = "SECS")]

@@ -84,7 +84,7 @@ pub struct ServeArgs {
     max_reply_len: Option<u64>,
     /// Capacity of the store (e.g. 64GiB); stored with it, so a later --capacity changes it
     /// [default: the stored capacity; as much as the file system has for a new store].
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = crate::util::parse_capacity)]
     capacity: Option<u64>,
     /// Create and pre-fault segment files at start, so that writes never wait for page
     /// allocation: BYTES of them (e.g. 4GiB, at most --capacity), or without a value all of

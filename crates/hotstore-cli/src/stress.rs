@@ -62,7 +62,7 @@ pub struct StressArgs {
     segment_size: Option<u64>,
     /// Bytes of segment files the store may hold (stored; replaces an earlier capacity).
     /// Default: unbounded for a new store, unchanged for an existing one.
-    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    #[arg(long, value_parser = crate::util::parse_capacity, value_name = "BYTES")]
     capacity: Option<u64>,
     /// Durability of every write and removal.
     #[arg(long, value_enum, default_value = "persisted")]

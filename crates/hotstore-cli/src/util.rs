@@ -177,6 +177,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     hotstore_server::parse_size(s)
 }
 
+/// A store capacity: a size, not 0. The engine reads a capacity of 0 as "unbounded", so a
+/// `--capacity 0` silently gave an unbounded store.
+pub fn parse_capacity(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        0 => Err("a store of 0 bytes holds nothing; omit --capacity for an unbounded store".into()),
+        n => Ok(n),
+    }
+}
+
 /// Refuses a store path that names a file, with the message every command gives (found by
 /// a new-user review: `record` and `minidaq` said "File exists" from the directory creation).
 pub fn refuse_file_as_store(dir: &std::path::Path) -> CliResult<()> {

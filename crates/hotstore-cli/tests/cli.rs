@@ -709,6 +709,34 @@ fn options_mean_the_same_everywhere_and_errors_name_them() {
         let help = stdout(&hotstore(&args));
         assert!(help.contains("--preallocate [<BYTES>]"), "{cmd:?}: {help}");
     }
+    // `--capacity 0` meant an unbounded store, silently: refused on every command.
+    for cmd in [
+        &["serve", "--dir", p(&tmp.path().join("c"))][..],
+        &[
+            "stress",
+            p(&tmp.path().join("c")),
+            "--duration",
+            "0.1",
+            "--ack-log",
+            p(&tmp.path().join("clog")),
+        ],
+        &["bench", "put"],
+        &["minidaq"],
+    ] {
+        let mut args = cmd.to_vec();
+        args.extend(["--capacity", "0"]);
+        let o = hotstore(&args);
+        assert_eq!(code(&o), 2, "{cmd:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("omit --capacity"),
+            "{cmd:?}: {}",
+            stderr(&o)
+        );
+    }
+    assert!(
+        !tmp.path().join("c").exists(),
+        "a refused capacity created the store"
+    );
     // `bench recovery` accepted (and ignored) the put/get options.
     let o = hotstore(&["bench", "recovery", "--threads", "2"]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
