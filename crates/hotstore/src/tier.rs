@@ -614,34 +614,20 @@ mod tests {
     /// `direct`: bulk records may go by direct I/O (where the file system takes it); without
     /// it, warming maps the pages too and waits for them.
     fn block_tier(dir: &std::path::Path, direct: bool) -> Tier {
+        block_tier_of(dir, direct, 0)
+    }
+
+    /// A block tier of `capacity` bytes (0: the file system decides), without direct I/O.
+    fn bounded_block_tier(dir: &std::path::Path, capacity: u64) -> Tier {
+        block_tier_of(dir, false, capacity)
+    }
+
+    fn block_tier_of(dir: &std::path::Path, direct: bool, capacity: u64) -> Tier {
         let mut medium = FileMedium::new(dir, Domain::Block).unwrap();
         if !direct {
             medium = medium.without_direct_io();
         }
         let medium: Arc<dyn Medium> = Arc::new(medium);
-        let meta = Meta {
-            format_version: FORMAT_VERSION,
-            layout: "k:u64".into(),
-            segment_size_bytes: SEG as u64,
-            created_unix_ms: 0,
-            tiers: vec![TierMeta {
-                path: ".".into(),
-                domain: Domain::Block,
-                capacity_bytes: 0,
-                files: None,
-            }],
-        };
-        let files = Arc::new(FileList::new(medium.clone(), meta).unwrap());
-        Tier::new(0, medium, 0, SEG, files)
-    }
-
-    /// A block tier of `capacity` bytes (0: the file system decides).
-    fn bounded_block_tier(dir: &std::path::Path, capacity: u64) -> Tier {
-        let medium: Arc<dyn Medium> = Arc::new(
-            FileMedium::new(dir, Domain::Block)
-                .unwrap()
-                .without_direct_io(),
-        );
         let meta = Meta {
             format_version: FORMAT_VERSION,
             layout: "k:u64".into(),
