@@ -104,9 +104,10 @@ fn print_human(out: &mut Out, dir: &Path, stats: &Stats, report: &RecoveryReport
     }
     let r = &stats.relocation;
     out.line(format_args!(
-        "relocation   {} records ({}) moved to free dead space, {} records ({}) offloaded, {} segment groups freed; write amplification {:.2}",
+        "relocation   {} records ({}) moved to free dead space ({} of them removals copied forward), {} records ({}) offloaded, {} segment groups freed; write amplification {:.2}",
         r.records,
         human_bytes(r.bytes as f64),
+        r.forwarded_records,
         r.offloaded_records,
         human_bytes(r.offloaded_bytes as f64),
         r.groups,

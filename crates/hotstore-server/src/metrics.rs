@@ -476,6 +476,13 @@ fn render_store(p: &mut Page, st: &Stats) {
     p.sample(&[("kind", "cleaning")], r.bytes);
     p.sample(&[("kind", "offload")], r.offloaded_bytes);
     p.single(
+        "hotstore_store_forwarded_records_total",
+        Kind::Counter,
+        "Removals and event marks copied forward with a segment moved alone (its group was \
+         too large to move; done only to keep the guaranteed live bytes)",
+        r.forwarded_records,
+    );
+    p.single(
         "hotstore_store_relocation_errors_total",
         Kind::Counter,
         "Background moves that failed or could not start (records stay where they were)",

@@ -148,6 +148,9 @@ pub struct Relocation {
     pub offloaded_bytes: u64,
     /// Groups of segments emptied by relocation.
     pub groups: u64,
+    /// Records other than puts (tombstones, event removals, marks) copied forward with a
+    /// segment moved alone because its group was too large (counted in `records` too).
+    pub forwarded_records: u64,
 }
 
 impl Stats {

@@ -362,6 +362,7 @@ impl Inner {
                 offloaded_records: self.relocator.offloaded_records.load(Ordering::Relaxed),
                 offloaded_bytes: self.relocator.offloaded_bytes.load(Ordering::Relaxed),
                 groups: self.relocator.groups.load(Ordering::Relaxed),
+                forwarded_records: self.relocator.forwarded_records.load(Ordering::Relaxed),
                 errors: self.relocator.errors.load(Ordering::Relaxed),
                 last_error: self.relocator.last_error.lock().clone(),
             },
