@@ -484,6 +484,97 @@ pub fn write_limit_for(dir: &Path, threads: usize, duration: Duration) -> Limit 
     }
 }
 
+/// Bytes of the ring [`fill_and_checksum_bandwidth`] writes its fragments into: beyond the
+/// caches, as a store's segments are.
+const FILL_RING_BYTES: usize = 64 << 20;
+
+/// The least work a readout does per fragment, on `threads` threads each with its own ring:
+/// copy a fragment of `fragment_bytes` into memory it has not touched lately (the next slot of
+/// a 64 MiB ring, as a store's next free space is) and compute the crc32c the engine stores
+/// with it (`hotstore::crc32c`, while the fragment is in cache, as a commit does). The limit
+/// for the work of `minidaq`'s readout (fill a reserved slot, commit it), beside memcpy of
+/// large buffers, which needs no checksum and streams past the caches. Median of `repeats`
+/// runs of about `duration`, after one warm-up pass over the rings.
+pub fn fill_and_checksum_bandwidth(
+    fragment_bytes: usize,
+    threads: usize,
+    duration: Duration,
+    repeats: usize,
+) -> Limit {
+    let fragment = fragment_bytes.clamp(1, FILL_RING_BYTES / 4);
+    let mut rates = Vec::with_capacity(repeats.max(1));
+    for _ in 0..repeats.max(1) {
+        let per_thread: Vec<f64> = thread::scope(|scope| {
+            let helpers: Vec<_> = (1..threads.max(1))
+                .map(|_| scope.spawn(|| FillRing::new(fragment).rate_for(duration)))
+                .collect();
+            let mut all = vec![FillRing::new(fragment).rate_for(duration)];
+            all.extend(helpers.into_iter().filter_map(|h| h.join().ok()));
+            all
+        });
+        rates.push(per_thread.iter().sum());
+    }
+    Limit {
+        name: format!(
+            "copy + crc32c of {} fragments into a 64 MiB ring, {} thread(s)",
+            crate::util::human_bytes(fragment as f64),
+            threads.max(1)
+        ),
+        bytes_per_sec: median(&rates).unwrap_or(0.0),
+    }
+}
+
+/// One thread's ring for [`fill_and_checksum_bandwidth`].
+struct FillRing {
+    /// A pattern a little longer than a fragment, read at moving offsets (a generator's
+    /// source is as warm).
+    src: Vec<u8>,
+    ring: Vec<u8>,
+    fragment: usize,
+    next: usize,
+}
+
+impl FillRing {
+    /// A ring with every page faulted in and written once (one pass, untimed).
+    fn new(fragment: usize) -> Self {
+        let mut r = FillRing {
+            src: (0..fragment + 4096).map(|i| (i * 131 + 7) as u8).collect(),
+            ring: vec![0x11; FILL_RING_BYTES],
+            fragment,
+            next: 0,
+        };
+        std::hint::black_box(r.fill(FILL_RING_BYTES / fragment));
+        r
+    }
+
+    /// Fills the next `n` fragments; returns the xor of their checksums.
+    fn fill(&mut self, n: usize) -> u32 {
+        let slots = self.ring.len() / self.fragment;
+        let mut acc = 0;
+        for _ in 0..n {
+            let at = (self.next % slots) * self.fragment;
+            let from = (self.next * 64) % 4096;
+            let dst = &mut self.ring[at..at + self.fragment];
+            dst.copy_from_slice(&self.src[from..from + self.fragment]);
+            acc ^= hotstore::crc32c(dst);
+            self.next += 1;
+        }
+        acc
+    }
+
+    /// Bytes per second over about `duration` (the clock read every 1 MiB or so).
+    fn rate_for(mut self, duration: Duration) -> f64 {
+        let step = ((1 << 20) / self.fragment).max(1);
+        let started = Instant::now();
+        let mut bytes = 0u64;
+        while started.elapsed() < duration {
+            std::hint::black_box(self.fill(step));
+            bytes += (step * self.fragment) as u64;
+        }
+        per_sec(bytes, started.elapsed())
+    }
+}
+
 /// Size of each new file [`fresh_pages_bandwidth`] writes.
 const FRESH_FILE_BYTES: usize = 64 << 20;
 
@@ -643,6 +734,20 @@ mod tests {
         assert!(limit.name.contains("new pages"), "{limit:?}");
         let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn copy_and_checksum_is_measured_for_odd_sizes_and_threads() {
+        // A fragment that does not divide the ring, one larger than its clamp, and 2 threads.
+        for (fragment, threads) in [(10_240, 1), (1000, 2), (1 << 30, 1)] {
+            let limit =
+                fill_and_checksum_bandwidth(fragment, threads, Duration::from_millis(10), 1);
+            assert!(limit.bytes_per_sec > 0.0, "{limit:?}");
+            assert!(
+                limit.name.contains(&format!("{threads} thread(s)")),
+                "{limit:?}"
+            );
+        }
     }
 
     fn check_direct_write(dir: &Path) {

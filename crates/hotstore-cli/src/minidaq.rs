@@ -24,7 +24,10 @@ use std::time::Duration;
 /// Throughput is sampled every --sample-ms; the report gives the median, p1 and p99 of the
 /// samples after --warmup, for readout (fragments and bytes per second) and collection
 /// (fragments, bytes and events per second), beside the machine's write limit (memcpy on a
-/// memory file system, O_DIRECT writes on a disk) and the ratio of readout bytes/s to it.
+/// memory file system, O_DIRECT writes on a disk) and the ratio of readout bytes/s to it. On a
+/// memory file system (not with --sweep) the readout is also compared with its own least work
+/// done alone: copying each fragment into memory not touched lately and computing its crc32c
+/// (the `work:` line; what the engine adds is the rest).
 ///
 /// The store is a fresh, preallocated temporary one under /dev/shm (the temp dir where there
 /// is none) unless --store is given. Exit status 1 if any integrity error was found.
@@ -90,7 +93,8 @@ pub struct MinidaqArgs {
     seed: u64,
     /// Print one JSON object (readout.ops_per_sec, readout.bytes_per_sec, collect.ops_per_sec,
     /// collect.bytes_per_sec, collect.events_per_sec, integrity_errors, limit_bytes_per_sec,
-    /// ratio, and more); with --sweep, {"sweep": [...], "plot": path}.
+    /// ratio, work_limit_bytes_per_sec and work_ratio on a memory file system, and more); with
+    /// --sweep, {"sweep": [...], "plot": path}.
     #[arg(long)]
     json: bool,
     /// Write the throughput samples to this CSV file.

@@ -166,6 +166,7 @@ fn short_phases_report_their_overall_rate_and_no_limit_prints_no_ratio() {
         }
     }
     assert!(j["ratio"].is_null(), "{}", j["ratio"]);
+    assert!(j.get("work_ratio").is_none(), "{j}");
 
     let text = minidaq(&[
         "--mode",
@@ -183,6 +184,41 @@ fn short_phases_report_their_overall_rate_and_no_limit_prints_no_ratio() {
     assert!(!text.contains("ratio:"), "{text}");
     assert!(
         text.contains("limit:   not measured (--no-limit)"),
+        "{text}"
+    );
+}
+
+/// On a memory file system the readout is also compared with its own least work (copy and
+/// checksum of each fragment, measured alone), in the JSON and the text.
+#[test]
+fn a_memory_store_reports_the_readout_against_its_own_work() {
+    if !std::path::Path::new("/dev/shm").is_dir() {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    }
+    let base = [
+        "--events",
+        "2000",
+        "--fragment-size",
+        "1KiB",
+        "--capacity",
+        "256MiB",
+    ];
+    let out = minidaq(&[&base[..], &["--json"]].concat());
+    assert!(out.status.success(), "{out:?}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(j["work_limit_bytes_per_sec"].as_f64().unwrap() > 0.0, "{j}");
+    assert!(j["work_ratio"].as_f64().unwrap() > 0.0, "{j}");
+    let name = j["work_limit_name"].as_str().unwrap();
+    assert!(name.contains("1.00 KiB fragments"), "{name}");
+    let text = minidaq(&base);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("work:    copy + crc32c of 1.00 KiB"),
+        "{text}"
+    );
+    assert!(
+        text.contains("of the readout's own work done alone"),
         "{text}"
     );
 }

@@ -39,6 +39,9 @@ mod summary;
 mod tier;
 mod verify;
 
+/// crc32c (Castagnoli), the checksum the engine computes over every record: for tools that
+/// measure or check the same work (`hotstore minidaq`'s limit for a readout's work).
+pub use checksum::crc32c;
 pub use error::{Error, Result};
 pub use events::{
     Ack, Claim, ClaimToken, ConsumerInfo, EventCounts, EventId, EventInfo, EventInterest,

@@ -174,6 +174,17 @@ pub struct Report {
     pub limit_bytes_per_sec: f64,
     /// Readout bytes/s (median) over the limit; `None` (`null`) if the limit was not measured.
     pub ratio: Option<f64>,
+    /// The least work of a readout, measured alone on this machine: copy each fragment into
+    /// memory not touched lately and checksum it (`limits::fill_and_checksum_bandwidth`).
+    /// Only for a store on a memory file system, and not in a sweep.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work_limit_name: Option<String>,
+    /// That limit in bytes per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work_limit_bytes_per_sec: Option<f64>,
+    /// Readout bytes/s (median) over it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work_ratio: Option<f64>,
     /// A cluster run: the events collected from each node (absent otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeFigures>,
@@ -310,7 +321,13 @@ pub struct Run {
 pub fn run(cfg: &Config) -> Result<Run> {
     check(cfg)?;
     let limit = measure_limit(cfg)?;
-    let (report, samples) = run_once(cfg, &limit)?;
+    let work = measure_work_limit(cfg);
+    let (mut report, samples) = run_once(cfg, &limit)?;
+    if let Some(work) = work.filter(|w| w.bytes_per_sec > 0.0) {
+        report.work_ratio = Some(report.readout.bytes_per_sec / work.bytes_per_sec);
+        report.work_limit_bytes_per_sec = Some(work.bytes_per_sec);
+        report.work_limit_name = Some(work.name);
+    }
     Ok(Run {
         report,
         samples,
@@ -370,6 +387,24 @@ fn measure_limit(cfg: &Config) -> Result<limits::Limit> {
         &dir,
         cfg.readout_threads,
         Duration::from_millis(500),
+    ))
+}
+
+/// The limit for a readout's own work (see [`Report::work_limit_name`]), where the store is
+/// in memory and the machine's limit is measured; `None` elsewhere.
+fn measure_work_limit(cfg: &Config) -> Option<limits::Limit> {
+    let dir = cfg.store.clone().unwrap_or_else(default_base_dir);
+    if !cfg.measure_limit || cfg.remote.is_some() || !limits::is_memory_fs(&dir) {
+        return None;
+    }
+    if cfg.progress {
+        eprintln!("measuring copy + checksum of one fragment at a time ...");
+    }
+    Some(limits::fill_and_checksum_bandwidth(
+        cfg.fragment_size as usize,
+        cfg.readout_threads,
+        Duration::from_millis(300),
+        3,
     ))
 }
 
@@ -875,6 +910,9 @@ fn run_once(cfg: &Config, limit: &limits::Limit) -> Result<(Report, Vec<Sample>)
         limit_name: limit.name.clone(),
         limit_bytes_per_sec: limit.bytes_per_sec,
         ratio: (limit.bytes_per_sec > 0.0).then(|| readout.bytes_per_sec / limit.bytes_per_sec),
+        work_limit_name: None,
+        work_limit_bytes_per_sec: None,
+        work_ratio: None,
         nodes,
     };
     Ok((report, samples))
@@ -973,7 +1011,17 @@ impl fmt::Display for Report {
                     r.limit_name,
                     human_bytes(r.limit_bytes_per_sec)
                 )?;
-                write!(f, "ratio:   readout {ratio:.3} of the limit")
+                write!(f, "ratio:   readout {ratio:.3} of the limit")?;
+                if let (Some(name), Some(bps), Some(work)) =
+                    (&r.work_limit_name, r.work_limit_bytes_per_sec, r.work_ratio)
+                {
+                    write!(
+                        f,
+                        "\nwork:    {name}: {}/s\nratio:   readout {work:.3} of the readout's own work done alone",
+                        human_bytes(bps)
+                    )?;
+                }
+                Ok(())
             }
             None => write!(f, "limit:   {}", r.limit_name),
         }
