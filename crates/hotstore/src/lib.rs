@@ -20,6 +20,7 @@
 mod checksum;
 mod clock;
 mod commit;
+mod copy;
 mod error;
 mod events;
 mod files;

@@ -305,13 +305,7 @@ impl Segment {
         debug_assert!(offset + bytes.len() <= self.region.len());
         // Safety: the caller's contract; source and destination cannot overlap (the source is
         // caller memory or an earlier part of the unpublished range).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.region.as_ptr().add(offset),
-                bytes.len(),
-            )
-        };
+        unsafe { crate::copy::copy_to(self.region.as_ptr().add(offset), bytes) };
     }
 
     /// Bytes `[offset, offset + len)`.

@@ -56,13 +56,17 @@ impl Pattern {
 
     /// Writes the fragment for `key` into `out` (its whole length).
     pub fn fill(&self, key: &[u8], out: &mut [u8]) {
-        let head = out.len().min(key.len());
-        out[..head].copy_from_slice(&key[..head]);
+        let (head, rest) = self.parts(key, out.len());
+        out[..head.len()].copy_from_slice(head);
+        out[head.len()..].copy_from_slice(rest);
+    }
+
+    /// The fragment of `len` bytes for `key`, as its two pieces: the key's first bytes, then
+    /// the pattern.
+    pub fn parts<'a>(&'a self, key: &'a [u8], len: usize) -> (&'a [u8], &'a [u8]) {
+        let head = len.min(key.len());
         let off = Self::offset(key);
-        let len = out.len();
-        if len > head {
-            out[head..].copy_from_slice(&self.0[off + head..off + len]);
-        }
+        (&key[..head], &self.0[off + head..off + len.max(head)])
     }
 
     /// True if `value` is the fragment for `key`.
@@ -348,7 +352,10 @@ pub fn readout(
                     }
                 }
             };
-            sh.pattern.fill(&key, slot.value_mut());
+            // Through the engine's copy, as a readout filling its slot from a buffer would.
+            let (head, rest) = sh.pattern.parts(&key, len);
+            slot.fill(0, head);
+            slot.fill(head.len(), rest);
             if let Err(e) = slot.commit(sh.durability) {
                 sh.fail(format!("readout commit of event {event}: {e}"));
                 break 'events;

@@ -476,7 +476,7 @@ impl Region for MappedFile {
                 .map_err(|e| Error::io("pwrite", &self.path, e));
         }
         // Safety: in bounds (asserted); the caller owns the range.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(offset), bytes.len()) };
+        unsafe { crate::copy::copy_to(self.ptr.add(offset), bytes) };
         Ok(())
     }
 

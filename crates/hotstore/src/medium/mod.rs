@@ -140,9 +140,7 @@ pub trait Region: Send + Sync {
             self.path().display()
         );
         // Safety: in bounds (asserted); the caller owns the range.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.as_ptr().add(offset), bytes.len())
-        };
+        unsafe { crate::copy::copy_to(self.as_ptr().add(offset), bytes) };
         Ok(())
     }
     /// Copies `parts` back to back from `offset`, as [`Region::write`] of their concatenation

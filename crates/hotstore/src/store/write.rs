@@ -341,6 +341,25 @@ impl Reservation<'_> {
         }
     }
 
+    /// Copies `bytes` into the value from byte `at` on: what filling [`Reservation::value_mut`]
+    /// from a buffer does, with the engine's own copy (see `copy`: glibc's `memcpy` is up to a
+    /// third slower for kilobytes into memory aligned unlike the source, on AMD Zen).
+    ///
+    /// # Panics
+    /// If `at + bytes.len()` is past the value's length (a caller's bug, like slicing past
+    /// `value_mut()`).
+    pub fn fill(&mut self, at: usize, bytes: &[u8]) {
+        let end = at.checked_add(bytes.len()).filter(|&e| e <= self.value_len);
+        let Some(end) = end else {
+            panic!(
+                "Reservation::fill of {} bytes at {at} past a value of {}",
+                bytes.len(),
+                self.value_len
+            );
+        };
+        crate::copy::copy_into(&mut self.value_mut()[at..end], bytes);
+    }
+
     /// Publishes the value and returns once `durability` holds.
     pub fn commit(self, durability: Durability) -> Result<()> {
         self.commit_with(durability, false)
