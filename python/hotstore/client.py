@@ -59,6 +59,11 @@ DURABILITIES = ("memory", "persisted")
 # --------------------------------------------------------------------------------------------
 
 
+# ``socket_timeout`` not given: :attr:`HotstoreClient.DEFAULT_SOCKET_TIMEOUT` (``None`` is
+# "wait forever", so it cannot mean "not given").
+_DEFAULT: Any = object()
+
+
 class HotstoreError(ResponseError):
     """An error reply of the server with a hotstore error code.
 
@@ -265,8 +270,9 @@ class HotstoreClient:
     which is also the default consumer name of claims. ``unix_socket_path`` connects to
     ``--unixsocket`` instead of TCP. Other keyword arguments go to ``redis.Redis``.
 
-    ``socket_timeout`` bounds the wait for each reply; a blocking :meth:`event_next` waits
-    its ``block_ms`` more. A timeout or a lost connection is raised
+    ``socket_timeout`` bounds the wait for each reply (by default
+    :attr:`DEFAULT_SOCKET_TIMEOUT`, 30 s; ``None`` waits forever); a blocking
+    :meth:`event_next` waits its ``block_ms`` more. A timeout or a lost connection is raised
     (``redis.exceptions.TimeoutError``, ``ConnectionError``): the client does not reconnect
     and send the command again on its own (``retry=redis.retry.Retry(...)`` turns redis-py's
     retries on, at the cost of claims given back and writes repeated behind the caller's
@@ -275,6 +281,11 @@ class HotstoreClient:
     Every call raises the typed exceptions of this module for hotstore's error codes and
     ``redis.exceptions.ResponseError`` for ``-ERR`` (bad arguments).
     """
+
+    #: Seconds the server may take to answer when ``socket_timeout`` is not given. Fix (found
+    #: in review, as for ``ClusterClient``): with no default, a server that accepted the
+    #: connection and stopped answering held the caller until the connection broke.
+    DEFAULT_SOCKET_TIMEOUT: Optional[float] = 30.0
 
     def __init__(
         self,
@@ -286,9 +297,11 @@ class HotstoreClient:
         username: Optional[str] = None,
         client_name: Optional[str] = None,
         unix_socket_path: Optional[str] = None,
-        socket_timeout: Optional[float] = None,
+        socket_timeout: Any = _DEFAULT,
         **redis_kwargs: Any,
     ):
+        if socket_timeout is _DEFAULT:
+            socket_timeout = self.DEFAULT_SOCKET_TIMEOUT
         kwargs: Dict[str, Any] = dict(
             password=password,
             username=username,

@@ -398,6 +398,34 @@ def test_cluster_client_times_out_on_a_silent_node(monkeypatch):
 
 
 
+def test_the_single_node_client_times_out_on_a_silent_server(monkeypatch):
+    """HotstoreClient had no default socket_timeout: a server that accepts and never answers
+    held the caller forever. Without socket_timeout it now waits
+    HotstoreClient.DEFAULT_SOCKET_TIMEOUT (30 s, made short here) and raises TimeoutError.
+    The call runs on a thread so that a hang fails the test (after HANG_S) instead of hanging
+    it."""
+    assert HotstoreClient.DEFAULT_SOCKET_TIMEOUT == 30.0
+    monkeypatch.setattr(HotstoreClient, "DEFAULT_SOCKET_TIMEOUT", 0.5, raising=False)
+    node = SilentNode()
+    outcome = []
+    done = threading.Event()
+
+    def ping():
+        try:
+            outcome.append(HotstoreClient("127.0.0.1", node.port).redis.ping())
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            outcome.append(e)
+        done.set()
+
+    try:
+        threading.Thread(target=ping, daemon=True).start()
+        assert done.wait(HANG_S), "HotstoreClient hung on a server that never answers"
+    finally:
+        node.close()
+    (err,) = outcome
+    assert isinstance(err, redis.exceptions.TimeoutError), repr(err)
+
+
 def test_an_empty_event_is_refused_by_the_server(server):
     """The server names events by the layout's fields (``7 42``) or their tag (``7:42``): an
     empty one is refused with an error saying what is wrong, never answered with fragments
