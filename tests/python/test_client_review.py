@@ -365,64 +365,53 @@ class SilentNode:
             c.close()
 
 
-def test_cluster_client_times_out_on_a_silent_node(monkeypatch):
-    """ClusterClient had no default socket_timeout: a node that accepts and never answers
-    held the caller forever. Without socket_timeout it now waits
-    ClusterClient.DEFAULT_SOCKET_TIMEOUT (30 s, made short here) and raises
-    NodeUnavailableError. The call runs on a thread so that a hang fails the test (after
-    HANG_S) instead of hanging it; a working client ends it after its own timeout."""
-    from hotstore.cluster import ClusterClient, NodeUnavailableError
-
-    assert ClusterClient.DEFAULT_SOCKET_TIMEOUT == 30.0
-    monkeypatch.setattr(ClusterClient, "DEFAULT_SOCKET_TIMEOUT", 0.5, raising=False)
+def outcome_against_a_silent_node(call):
+    """Runs ``call(port)`` against a :class:`SilentNode` on a thread and returns what it
+    returned or raised, so that a hang fails the test (after HANG_S) instead of hanging it."""
     node = SilentNode()
     outcome = []
     done = threading.Event()
 
-    def connect():
+    def run():
         try:
-            outcome.append(ClusterClient("127.0.0.1", node.port))
+            outcome.append(call(node.port))
         except BaseException as e:  # noqa: BLE001 - handed to the test
             outcome.append(e)
         done.set()
 
     try:
-        threading.Thread(target=connect, daemon=True).start()
-        assert done.wait(HANG_S), "ClusterClient hung on a node that never answers"
+        threading.Thread(target=run, daemon=True).start()
+        assert done.wait(HANG_S), "the client hung on a node that never answers"
     finally:
         node.close()
-    (err,) = outcome
-    assert isinstance(err, NodeUnavailableError), repr(err)
-    assert "Timeout" in str(err) and f"127.0.0.1:{node.port}" in str(err), str(err)
-    assert "waiting up to 0.5 s" in str(err), str(err)
+    (result,) = outcome
+    return result, node.port
 
+
+def test_cluster_client_times_out_on_a_silent_node(monkeypatch):
+    """ClusterClient had no default socket_timeout: a node that accepts and never answers
+    held the caller forever. Without socket_timeout it now waits
+    ClusterClient.DEFAULT_SOCKET_TIMEOUT (30 s, made short here) and raises
+    NodeUnavailableError."""
+    from hotstore.cluster import ClusterClient, NodeUnavailableError
+
+    assert ClusterClient.DEFAULT_SOCKET_TIMEOUT == 30.0
+    monkeypatch.setattr(ClusterClient, "DEFAULT_SOCKET_TIMEOUT", 0.5, raising=False)
+    err, port = outcome_against_a_silent_node(lambda port: ClusterClient("127.0.0.1", port))
+    assert isinstance(err, NodeUnavailableError), repr(err)
+    assert "Timeout" in str(err) and f"127.0.0.1:{port}" in str(err), str(err)
+    assert "waiting up to 0.5 s" in str(err), str(err)
 
 
 def test_the_single_node_client_times_out_on_a_silent_server(monkeypatch):
     """HotstoreClient had no default socket_timeout: a server that accepts and never answers
     held the caller forever. Without socket_timeout it now waits
-    HotstoreClient.DEFAULT_SOCKET_TIMEOUT (30 s, made short here) and raises TimeoutError.
-    The call runs on a thread so that a hang fails the test (after HANG_S) instead of hanging
-    it."""
+    HotstoreClient.DEFAULT_SOCKET_TIMEOUT (30 s, made short here) and raises TimeoutError."""
     assert HotstoreClient.DEFAULT_SOCKET_TIMEOUT == 30.0
     monkeypatch.setattr(HotstoreClient, "DEFAULT_SOCKET_TIMEOUT", 0.5, raising=False)
-    node = SilentNode()
-    outcome = []
-    done = threading.Event()
-
-    def ping():
-        try:
-            outcome.append(HotstoreClient("127.0.0.1", node.port).redis.ping())
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            outcome.append(e)
-        done.set()
-
-    try:
-        threading.Thread(target=ping, daemon=True).start()
-        assert done.wait(HANG_S), "HotstoreClient hung on a server that never answers"
-    finally:
-        node.close()
-    (err,) = outcome
+    err, _ = outcome_against_a_silent_node(
+        lambda port: HotstoreClient("127.0.0.1", port).redis.ping()
+    )
     assert isinstance(err, redis.exceptions.TimeoutError), repr(err)
 
 

@@ -144,7 +144,7 @@ fn a_run_ending_while_readout_waits_for_space_ends_cleanly() {
 /// needs) printed `collect: 0 frag/s`; `--no-limit` printed `ratio: readout 0.000`.
 #[test]
 fn short_phases_report_their_overall_rate_and_no_limit_prints_no_ratio() {
-    let out = minidaq(&[
+    let base = [
         "--mode",
         "fill-drain",
         "--events",
@@ -154,8 +154,8 @@ fn short_phases_report_their_overall_rate_and_no_limit_prints_no_ratio() {
         "--capacity",
         "256MiB",
         "--no-limit",
-        "--json",
-    ]);
+    ];
+    let out = minidaq(&[&base[..], &["--json"]].concat());
     assert!(out.status.success(), "{out:?}");
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for side in ["readout", "collect"] {
@@ -168,17 +168,7 @@ fn short_phases_report_their_overall_rate_and_no_limit_prints_no_ratio() {
     assert!(j["ratio"].is_null(), "{}", j["ratio"]);
     assert!(j.get("work_ratio").is_none(), "{j}");
 
-    let text = minidaq(&[
-        "--mode",
-        "fill-drain",
-        "--events",
-        "2000",
-        "--fragment-size",
-        "1KiB",
-        "--capacity",
-        "256MiB",
-        "--no-limit",
-    ]);
+    let text = minidaq(&base);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(!text.contains(" 0 frag/s"), "{text}");
     assert!(!text.contains("ratio:"), "{text}");
