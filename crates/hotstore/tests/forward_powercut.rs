@@ -30,6 +30,19 @@ fn open_in(m: &Arc<FaultMedium>, segs: u64, mode: RecoveryMode) -> Store {
         .expect("open")
 }
 
+/// The store as a power cut of `m` now would leave it, reopened (strict).
+fn after_power_cut(m: &Arc<FaultMedium>, segs: u64) -> Store {
+    open(&m.crash(None), segs)
+}
+
+/// kill -9 of the process holding `s`: what it left on `m`, reopened in place of both.
+fn after_kill(m: Arc<FaultMedium>, s: Store, segs: u64) -> (Arc<FaultMedium>, Store) {
+    let killed = m.process_crash();
+    drop(s);
+    let s = open(&killed, segs);
+    (killed, s)
+}
+
 fn value(k: u32, gen: u32, len: usize) -> Vec<u8> {
     let mut x = (k as u64) << 32 | gen as u64;
     (0..len)
@@ -77,14 +90,20 @@ fn run(seed: u64, segs: u64, ops: usize) -> (u64, u64) {
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(120);
-        let k = if live.len() < 4 || (live.len() < target_live && r < 0.5) {
+        // Live data is kept under the guarantee (less the largest value), where a put that
+        // finds no group to move has its removals copied forward.
+        let over = {
+            let st = s.stats();
+            st.live_bytes + len as u64 > st.guaranteed_live_bytes.saturating_sub(SEG as u64)
+        };
+        let k = if live.len() < 4 || (!over && live.len() < target_live && r < 0.5) {
             if !removed.is_empty() && rng.gen_bool(0.15) {
                 removed.swap_remove(rng.gen_range(0..removed.len()))
             } else {
                 next += 1;
                 next
             }
-        } else if r < 0.55 {
+        } else if r < 0.55 && !over {
             live[rng.gen_range(0..live.len())]
         } else {
             let i = rng.gen_range(0..live.len());
@@ -130,8 +149,7 @@ fn run(seed: u64, segs: u64, ops: usize) -> (u64, u64) {
             Err(e) => panic!("put: {e}"),
         }
         if op % 7 == 3 {
-            let cut = medium.crash(None);
-            let s2 = open(&cut, segs);
+            let s2 = after_power_cut(&medium, segs);
             check(&s2, &model, &format!("seed {seed} op {op}: power cut"));
             drop(s2);
             cuts += 1;
@@ -151,14 +169,10 @@ fn run(seed: u64, segs: u64, ops: usize) -> (u64, u64) {
             drop(s3);
         }
         if op % 53 == 20 {
-            let killed = medium.process_crash();
-            drop(s);
-            medium = killed;
-            s = open(&medium, segs);
+            (medium, s) = after_kill(medium, s, segs);
             check(&s, &model, &format!("seed {seed} op {op}: kill -9"));
             // and a power cut right after the restart
-            let cut = medium.crash(None);
-            let s2 = open(&cut, segs);
+            let s2 = after_power_cut(&medium, segs);
             check(
                 &s2,
                 &model,
@@ -169,22 +183,27 @@ fn run(seed: u64, segs: u64, ops: usize) -> (u64, u64) {
     }
     check(&s, &model, "end");
     let moved = s.stats().relocation.records;
+    let forwarded = s.stats().relocation.forwarded_records;
     s.close().unwrap();
-    eprintln!("seed {seed}: {cuts} power cuts, {moved} records relocated, {remove_full} removals found the store full");
+    eprintln!("seed {seed}: {cuts} power cuts, {moved} records relocated ({forwarded} copied forward), {remove_full} removals found the store full");
     (remove_full, moved)
+}
+
+/// The seeds to run: `HC_SEED0` (default 0) and the `HC_SEEDS` after it (default 4).
+fn seed_range() -> (u64, u64) {
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    (var("HC_SEED0", 0), var("HC_SEEDS", 4))
 }
 
 /// `HC_SEEDS` and `HC_SEED0` run a longer campaign (904 seeds found nothing).
 #[test]
 fn forward_power_cuts() {
-    let seeds: u64 = std::env::var("HC_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(4);
-    let first: u64 = std::env::var("HC_SEED0")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let (first, seeds) = seed_range();
     let mut full = 0;
     for seed in first..first + seeds {
         full += run(seed, 24, 3000).0;
@@ -289,8 +308,7 @@ fn run_events(seed: u64, segs: u64, ops: usize) -> u64 {
             model.insert(e, None);
         }
         if op % 7 == 3 {
-            let cut = medium.crash(None);
-            let s2 = open(&cut, segs);
+            let s2 = after_power_cut(&medium, segs);
             check_ev(
                 &s2,
                 &model,
@@ -299,29 +317,24 @@ fn run_events(seed: u64, segs: u64, ops: usize) -> u64 {
             drop(s2);
         }
         if op % 53 == 20 {
-            let killed = medium.process_crash();
-            drop(s);
-            medium = killed;
-            s = open(&medium, segs);
+            (medium, s) = after_kill(medium, s, segs);
             check_ev(&s, &model, &format!("events seed {seed} op {op}: kill -9"));
         }
     }
     check_ev(&s, &model, "end");
+    let forwarded = s.stats().relocation.forwarded_records;
     s.close().unwrap();
+    eprintln!("events seed {seed}: {forwarded} records copied forward");
     full
 }
 
-/// `HC_SEEDS` and `HC_SEED0` run a longer campaign (553 seeds found nothing).
+/// `HC_SEEDS` and `HC_SEED0` run a longer campaign (553 seeds found nothing). Since copies are
+/// made only by requests for room that find no group (twenty-second session), this workload
+/// no longer reaches them (0 copies in 240 seeds): it still checks events under power cuts,
+/// and `forward_power_cuts` the copies (in 3 of its 4 default seeds).
 #[test]
 fn forward_events_power_cuts() {
-    let seeds: u64 = std::env::var("HC_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(4);
-    let first: u64 = std::env::var("HC_SEED0")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let (first, seeds) = seed_range();
     for seed in first..first + seeds {
         let full = run_events(seed, 24, 1500);
         eprintln!("events seed {seed}: removals full {full}");
