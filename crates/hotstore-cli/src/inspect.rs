@@ -190,10 +190,22 @@ fn print_human(out: &mut Out, dir: &Path, stats: &Stats, report: &RecoveryReport
         out.line("torn tails   none")?;
     }
     for (file, at) in &r.torn_tails {
-        out.line(format_args!(
-            "torn tail    {}:{at} (an interrupted last write, cut: expected after a crash)",
-            short_path(file, dir)
-        ))?;
+        let unsynced = r
+            .unsynced_tails
+            .iter()
+            .find(|(f, a, _)| f == file && a == at);
+        match unsynced {
+            Some((_, _, records)) => out.line(format_args!(
+                "torn tail    {}:{at} (unsynced writes a power cut or reboot left out of \
+                 order, cut with {records} intact record(s) after them, none acknowledged \
+                 as persisted)",
+                short_path(file, dir)
+            ))?,
+            None => out.line(format_args!(
+                "torn tail    {}:{at} (an interrupted last write, cut: expected after a crash)",
+                short_path(file, dir)
+            ))?,
+        }
     }
     if r.skipped.is_empty() {
         out.line("skipped      none")?;

@@ -106,7 +106,10 @@ pub enum Error {
         requested: String,
     },
     /// A file has a format version this build cannot read.
-    #[error("{path} has format version {found}; this build reads version {supported}")]
+    #[error(
+        "{path} has format version {found}; this build reads versions 1 to {supported} \
+         (written by a newer hotstore, which can open it, or damaged)"
+    )]
     FormatVersion {
         /// File.
         path: PathBuf,

@@ -1,7 +1,7 @@
 //! The store's metadata file `hotstore.meta`: JSON, replaced atomically.
 //!
 //! ```json
-//! {"format_version":1,"layout":"run:u32,event:u64|detector:u16,component:u16",
+//! {"format_version":2,"layout":"run:u32,event:u64|detector:u16,component:u16",
 //!  "segment_size_bytes":67108864,"created_unix_ms":1763770000000,
 //!  "tiers":[{"path":".","domain":"volatile","capacity_bytes":0,
 //!            "files":[{"first_slot":0,"count":12,"len_bytes":67108864}]}]}
@@ -18,8 +18,10 @@ use std::path::Path;
 
 /// Name of the metadata file.
 pub const META_FILE: &str = "hotstore.meta";
-/// Store format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// Store format version this build writes; it reads every version from 1 up to it.
+/// 2: record headers may carry the persisted flag (`record::PERSISTED_FLAG`) and segment
+/// headers the boot they were started in. A format-1 store is marked 2 at its first open.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// A tier as recorded in the metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,7 +64,7 @@ impl Meta {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        if meta.format_version != FORMAT_VERSION {
+        if !(1..=FORMAT_VERSION).contains(&meta.format_version) {
             return Err(Error::FormatVersion {
                 path,
                 found: meta.format_version,

@@ -5,7 +5,8 @@
 //!  0     4    crc32c     Castagnoli, over: key ++ value ++ bytes 4..24 ++ segment id (8 bytes LE)
 //!  4     2    magic      0x5248 ("HR" little-endian)
 //!  6     1    version    RECORD_VERSION
-//!  7     1    kind       1 = put, 2 = tombstone, 3 = event removal, 4 = event mark
+//!  7     1    kind       1 = put, 2 = tombstone, 3 = event removal, 4 = event mark; bit 7
+//!                         (`PERSISTED_FLAG`, store format 2): acknowledged as `Persisted`
 //!  8     2    key_len    1..=MAX_KEY_LEN
 //! 10     2    pad        bytes of zeros after the record (0..4096, a multiple of 8)
 //! 12     4    value_len  0 for tombstones
@@ -28,6 +29,10 @@
 //! over from a previous use of a recycled segment file never validates in the new one.
 //! Writers store key and value first and the header last, so a record interrupted by a crash
 //! has no valid header.
+//! The persisted flag says the writer acknowledged the record only once it and every byte
+//! before it in its segment were durable. After a power cut, recovery uses it to tell the
+//! unsynced tail of a segment (no flagged record past a gap: nothing there was promised)
+//! from damage to what was (see `recovery::scan`).
 
 use crate::key::MAX_KEY_LEN;
 
@@ -42,6 +47,9 @@ pub const RECORD_VERSION: u8 = 1;
 /// Largest value accepted, in bytes (256 MiB). Values larger than a segment get a segment of
 /// their own.
 pub const MAX_VALUE_LEN: u64 = 256 << 20;
+
+/// Bit of the kind byte set on a record acknowledged as `Persisted` (store format 2).
+pub const PERSISTED_FLAG: u8 = 0x80;
 
 const _: () = assert!(HEADER_LEN.is_multiple_of(RECORD_ALIGN));
 const _: () = assert!(MAX_VALUE_LEN < u32::MAX as u64);
@@ -108,6 +116,9 @@ pub struct Header {
     pub lsn: u64,
     /// Zeros after the record up to the next 4 KiB boundary (direct records; else 0).
     pub pad: usize,
+    /// Acknowledged as `Persisted`: it and every byte before it in the segment were durable
+    /// before its writer returned ([`PERSISTED_FLAG`]).
+    pub persisted: bool,
 }
 
 impl Header {
@@ -134,6 +145,7 @@ pub fn record_len(key_len: usize, value_len: usize) -> usize {
 /// Header bytes 4..24 (everything but the checksum).
 fn header_tail(
     kind: Kind,
+    persisted: bool,
     key_len: usize,
     value_len: usize,
     lsn: u64,
@@ -144,7 +156,7 @@ fn header_tail(
     let mut t = [0u8; HEADER_LEN - 4];
     t[0..2].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
     t[2] = RECORD_VERSION;
-    t[3] = kind as u8;
+    t[3] = kind as u8 | if persisted { PERSISTED_FLAG } else { 0 };
     t[4..6].copy_from_slice(&(key_len as u16).to_le_bytes());
     t[6..8].copy_from_slice(&(pad as u16).to_le_bytes());
     t[8..12].copy_from_slice(&(value_len as u32).to_le_bytes());
@@ -171,54 +183,47 @@ pub fn finish_checksum(body: u32, segment_id: u64, header_tail: &[u8]) -> u32 {
     )
 }
 
-/// Builds the header from a precomputed [`body_checksum`].
+/// Builds the header from a precomputed [`body_checksum`]; `persisted` sets
+/// [`PERSISTED_FLAG`].
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the fields of one header, each a plain number"
+)]
 pub fn encode_header_with(
     segment_id: u64,
     kind: Kind,
+    persisted: bool,
     key_len: usize,
     value_len: usize,
     lsn: u64,
     body_crc: u32,
 ) -> [u8; HEADER_LEN] {
-    encode_header_padded(segment_id, kind, key_len, value_len, lsn, body_crc, 0)
+    encode_header_padded(
+        segment_id, kind, persisted, key_len, value_len, lsn, body_crc, 0,
+    )
 }
 
 /// [`encode_header_with`] of a direct record followed by `pad` zeros.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the fields of one header, each a plain number"
+)]
 pub fn encode_header_padded(
     segment_id: u64,
     kind: Kind,
+    persisted: bool,
     key_len: usize,
     value_len: usize,
     lsn: u64,
     body_crc: u32,
     pad: usize,
 ) -> [u8; HEADER_LEN] {
-    let tail = header_tail(kind, key_len, value_len, lsn, pad);
+    let tail = header_tail(kind, persisted, key_len, value_len, lsn, pad);
     let crc = finish_checksum(body_crc, segment_id, &tail);
     let mut h = [0u8; HEADER_LEN];
     h[0..4].copy_from_slice(&crc.to_le_bytes());
     h[4..].copy_from_slice(&tail);
     h
-}
-
-/// Builds the 24-byte header for a record whose key and value are already known (the unit
-/// tests' record builder; the write path checksums as it copies, see `encode_header_with`).
-#[cfg(test)]
-pub fn encode_header(
-    segment_id: u64,
-    kind: Kind,
-    key: &[u8],
-    value: &[u8],
-    lsn: u64,
-) -> [u8; HEADER_LEN] {
-    encode_header_with(
-        segment_id,
-        kind,
-        key.len(),
-        value.len(),
-        lsn,
-        body_checksum(key, value),
-    )
 }
 
 /// Why bytes at an offset are not a valid record.
@@ -249,7 +254,7 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, Invalid> {
     if h[6] != RECORD_VERSION {
         return Err(Invalid::BadHeader("unknown record version"));
     }
-    let Some(kind) = Kind::from_u8(h[7]) else {
+    let Some(kind) = Kind::from_u8(h[7] & !PERSISTED_FLAG) else {
         return Err(Invalid::BadHeader("unknown record kind"));
     };
     let key_len = u16::from_le_bytes([h[8], h[9]]) as usize;
@@ -271,6 +276,7 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, Invalid> {
         value_len,
         lsn,
         pad,
+        persisted: h[7] & PERSISTED_FLAG != 0,
     };
     // Only the record is checked, not its pad: readers take exactly `record_len` bytes;
     // walkers check the footprint against the segment's end.
@@ -311,8 +317,31 @@ pub fn verify(segment_id: u64, record: &[u8], header: &Header) -> bool {
 /// Serialises a whole record into `out` (the unit tests build segments with it).
 #[cfg(test)]
 pub fn encode(segment_id: u64, kind: Kind, key: &[u8], value: &[u8], lsn: u64, out: &mut Vec<u8>) {
+    encode_flagged(segment_id, kind, false, key, value, lsn, out)
+}
+
+/// [`encode`] with the persisted flag as given.
+#[cfg(test)]
+pub fn encode_flagged(
+    segment_id: u64,
+    kind: Kind,
+    persisted: bool,
+    key: &[u8],
+    value: &[u8],
+    lsn: u64,
+    out: &mut Vec<u8>,
+) {
     let start = out.len();
-    out.extend_from_slice(&encode_header(segment_id, kind, key, value, lsn));
+    let body = body_checksum(key, value);
+    out.extend_from_slice(&encode_header_with(
+        segment_id,
+        kind,
+        persisted,
+        key.len(),
+        value.len(),
+        lsn,
+        body,
+    ));
     out.extend_from_slice(key);
     out.extend_from_slice(value);
     out.resize(start + record_len(key.len(), value.len()), 0);
@@ -344,6 +373,24 @@ mod tests {
         }
         for cut in 0..HEADER_LEN + 9 {
             assert!(decode(7, &buf[..cut]).is_err(), "cut at {cut} accepted");
+        }
+    }
+
+    #[test]
+    fn the_persisted_flag_round_trips_beside_every_kind() {
+        for (kind, value) in [
+            (Kind::Put, &b"v"[..]),
+            (Kind::Tombstone, &b""[..]),
+            (Kind::EventRemove, &b""[..]),
+            (Kind::EventMark, &[EVENT_MARK_KEPT][..]),
+        ] {
+            for persisted in [false, true] {
+                let mut buf = Vec::new();
+                encode_flagged(3, kind, persisted, b"k", value, 9, &mut buf);
+                let (h, _, v) = decode(3, &buf).unwrap();
+                assert_eq!((h.kind, h.persisted, v), (kind, persisted, value));
+                assert_eq!(buf[7] & PERSISTED_FLAG != 0, persisted, "in the kind byte");
+            }
         }
     }
 

@@ -12,7 +12,9 @@
 //!          32  8  file length  bytes
 //!          40  8  retired id   free files: the id of the incarnation they retired (recovery
 //!                              starts new ids above it, so an id is never used twice); else 0
-//!          48 12  reserved     0
+//!          48  8  boot         the machine's boot this incarnation was started in (see
+//!                              `medium::boot_id`); 0 = not known (free files, older builds)
+//!          56  4  reserved     0
 //!          60  4  crc32c       over bytes 0..60
 //! 4096    records (see `record.rs`), each starting at a multiple of 8, until the first
 //!         position that holds no valid record of this segment id
@@ -66,6 +68,12 @@ pub struct SegmentHeader {
     /// ids at 1, a reused file could get the id it had before, its old records validated
     /// again, and a crash then made recovery refuse the store or revive removed records.
     pub retired_id: u64,
+    /// The boot of the machine this incarnation was started in ([`crate::medium::boot_id`]),
+    /// 0 if not known. Recovery compares it with the current boot: the same boot means the
+    /// page cache that held the segment's unsynced bytes was never lost, so a gap before
+    /// intact records can only be damage; another boot means a reboot or power cut may have
+    /// dropped unsynced pages in any order.
+    pub boot: u64,
 }
 
 impl SegmentHeader {
@@ -78,6 +86,7 @@ impl SegmentHeader {
         b[16..24].copy_from_slice(&self.id.to_le_bytes());
         b[24..32].copy_from_slice(&self.created_unix_ns.to_le_bytes());
         b[32..40].copy_from_slice(&self.file_len.to_le_bytes());
+        b[48..56].copy_from_slice(&self.boot.to_le_bytes());
         b[40..48].copy_from_slice(&self.retired_id.to_le_bytes());
         let crc = crc32c::crc32c(&b[..60]);
         b[60..64].copy_from_slice(&crc.to_le_bytes());
@@ -113,6 +122,7 @@ impl SegmentHeader {
             retired_id: u64::from_le_bytes(
                 b[40..48].try_into().expect("an 8-byte range is a [u8; 8]"),
             ),
+            boot: u64::from_le_bytes(b[48..56].try_into().expect("an 8-byte range is a [u8; 8]")),
         })
     }
 }
@@ -324,14 +334,16 @@ impl Segment {
         unsafe { std::slice::from_raw_parts(self.region.as_ptr().add(offset), len) }
     }
 
-    /// Writes the header for this incarnation and persists it, before any record.
-    pub fn write_header(&self, created_unix_ns: u64) -> crate::Result<()> {
+    /// Writes the header for this incarnation (started in machine boot `boot`), before any
+    /// record.
+    pub fn write_header(&self, created_unix_ns: u64, boot: u64) -> crate::Result<()> {
         let h = SegmentHeader {
             tier: self.tier as u16,
             id: self.id,
             created_unix_ns,
             file_len: self.region.len() as u64,
             retired_id: 0,
+            boot,
         }
         .encode();
         // Safety: nobody else writes this incarnation yet; the header page is ours.
@@ -371,6 +383,7 @@ impl Segment {
             created_unix_ns: 0,
             file_len: self.region.len() as u64,
             retired_id: self.id,
+            boot: 0,
         }
         .encode();
         // Safety: the segment is dead and unreferenced (checked by the recycler).
@@ -467,6 +480,7 @@ mod tests {
             created_unix_ns: 5,
             file_len: 1 << 20,
             retired_id: 7,
+            boot: 0x1234_5678_9abc_def0,
         };
         let b = h.encode();
         assert_eq!(SegmentHeader::decode(&b), Ok(h));

@@ -70,6 +70,7 @@ impl Inner {
             &seg,
             off,
             kind,
+            durability == Durability::Persisted,
             prefix,
             value.len(),
             body_crc,

@@ -195,6 +195,8 @@ pub struct FaultMedium {
     state: Mutex<State>,
     faults: Arc<FaultConfig>,
     locked: Arc<Mutex<bool>>,
+    /// The simulated machine's boot ([`Medium::boot_id`]): a power cut starts a new one.
+    boot: u64,
 }
 
 impl std::fmt::Debug for FaultMedium {
@@ -212,6 +214,7 @@ impl FaultMedium {
             state: Mutex::new(State::default()),
             faults: Arc::new(FaultConfig::default()),
             locked: Arc::new(Mutex::new(false)),
+            boot: 1,
         })
     }
 
@@ -234,9 +237,22 @@ impl FaultMedium {
     /// `torn_seed`, each unpersisted 512-byte sector of the live image survives with
     /// probability 1/2 (deterministic in the seed), as an out-of-order write-back would leave it.
     pub fn crash(&self, torn_seed: Option<u64>) -> Arc<Self> {
+        let mut rng = torn_seed.unwrap_or(0) | 1;
+        self.crash_keeping(|_, _| {
+            // xorshift64: a tiny deterministic generator is enough here.
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            torn_seed.is_some() && rng & 1 == 1
+        })
+    }
+
+    /// A power cut that also keeps the unpersisted 512-byte sectors `keep(file, offset)`
+    /// picks, as an out-of-order write-back would have: the rest of each file is as last
+    /// persisted. `keep` is asked for every sector of every file, in order.
+    pub fn crash_keeping(&self, mut keep: impl FnMut(&Path, usize) -> bool) -> Arc<Self> {
         let state = self.state.lock();
         let faults = Arc::new(FaultConfig::default());
-        let mut rng = torn_seed.unwrap_or(0) | 1;
         let mut regions = BTreeMap::new();
         // Fix (found by tests/crash_points.rs): hold every durable image while copying, so the
         // copy is one instant of the device. Copied region by region, a persist that landed
@@ -245,17 +261,11 @@ impl FaultMedium {
         let durable: Vec<_> = state.regions.values().map(|r| r.durable.lock()).collect();
         for ((name, r), durable) in state.regions.iter().zip(&durable) {
             let mut image = (**durable).clone();
-            if torn_seed.is_some() {
-                let live = r.live();
-                for (i, sector) in image.chunks_mut(512).enumerate() {
-                    // xorshift64: a tiny deterministic generator is enough here.
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    if rng & 1 == 1 {
-                        let start = i * 512;
-                        sector.copy_from_slice(&live[start..start + sector.len()]);
-                    }
+            let live = r.live();
+            for (i, sector) in image.chunks_mut(512).enumerate() {
+                let start = i * 512;
+                if keep(&r.path, start) {
+                    sector.copy_from_slice(&live[start..start + sector.len()]);
                 }
             }
             regions.insert(
@@ -273,6 +283,7 @@ impl FaultMedium {
             }),
             faults,
             locked: Arc::new(Mutex::new(false)),
+            boot: self.boot + 1,
         })
     }
 
@@ -316,6 +327,7 @@ impl FaultMedium {
             }),
             faults,
             locked: Arc::new(Mutex::new(false)),
+            boot: self.boot,
         })
     }
 
@@ -329,6 +341,15 @@ impl FaultMedium {
         // Safety: tests call this on a closed store; nothing else touches the live image.
         f(unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) });
         true
+    }
+
+    /// A copy of region `name` as the running process sees it (persisted or not).
+    pub fn live_image(&self, name: &str) -> Option<Vec<u8>> {
+        self.state
+            .lock()
+            .regions
+            .get(name)
+            .map(|r| r.live().to_vec())
     }
 
     /// Names of all regions.
@@ -442,6 +463,9 @@ impl Medium for FaultMedium {
             0 => None,
             cap => Some(cap.saturating_sub(self.used_bytes())),
         }
+    }
+    fn boot_id(&self) -> u64 {
+        self.boot
     }
 
     fn lock(&self) -> Result<Box<dyn Any + Send + Sync>> {

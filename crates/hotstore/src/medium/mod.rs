@@ -107,6 +107,37 @@ pub trait Medium: Send + Sync + fmt::Debug {
     fn free_space_bytes(&self) -> Option<u64> {
         free_space_bytes(self.path())
     }
+    /// The machine's current boot ([`boot_id`]); 0 if not known. A test medium gives each
+    /// simulated power cut a new one.
+    fn boot_id(&self) -> u64 {
+        boot_id()
+    }
+}
+
+/// This boot of the machine, as a non-zero number: the first 8 bytes of Linux's random
+/// `boot_id` (a new one at every boot). 0 where it cannot be read, which recovery treats as
+/// "same boot" (the stricter reading).
+pub fn boot_id() -> u64 {
+    static BOOT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BOOT.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .ok()
+            .and_then(|s| parse_boot_id(&s))
+            .unwrap_or(0)
+    })
+}
+
+/// The first 16 hex digits of a `boot_id` (`8-4-4-4-12` hex with dashes).
+fn parse_boot_id(text: &str) -> Option<u64> {
+    let hex: String = text
+        .chars()
+        .filter(|c| c.is_ascii_hexdigit())
+        .take(16)
+        .collect();
+    (hex.len() == 16)
+        .then(|| u64::from_str_radix(&hex, 16).ok())
+        .flatten()
+        .filter(|&b| b != 0)
 }
 
 /// One preallocated file, mapped into memory at a stable address for its whole life.
@@ -251,4 +282,31 @@ pub(crate) fn sub_parts<'a>(
         }
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_boot_id;
+
+    #[test]
+    fn a_boot_id_is_its_first_sixteen_hex_digits() {
+        assert_eq!(
+            parse_boot_id("8d1f3c2a-77b0-4e21-9a55-0c3b6e1d2f40\n"),
+            Some(0x8d1f_3c2a_77b0_4e21)
+        );
+        assert_eq!(parse_boot_id(""), None);
+        assert_eq!(parse_boot_id("8d1f3c2a-77b0"), None, "too short");
+        assert_eq!(
+            parse_boot_id("00000000-0000-0000-0000-000000000000"),
+            None,
+            "0 = unknown"
+        );
+    }
+
+    #[test]
+    fn this_machine_has_a_boot_id() {
+        if cfg!(target_os = "linux") {
+            assert_ne!(super::boot_id(), 0);
+        }
+    }
 }

@@ -47,6 +47,10 @@ pub struct RecoveryReport {
     pub record_bytes: u64,
     /// Torn tails cut: file, offset where valid records end, bytes after it that were not all zero.
     pub torn_tails: Vec<(PathBuf, u64)>,
+    /// Unsynced tails cut after a reboot (`Strict`; see [`scan`]): file, offset, and the
+    /// intact records past the gap that were dropped with it (none of them acknowledged as
+    /// `Persisted`). Also listed in `torn_tails`; such a file takes no more records.
+    pub unsynced_tails: Vec<(PathBuf, u64, u64)>,
     /// Damaged ranges skipped in `Salvage` mode: file and byte range.
     pub skipped: Vec<(PathBuf, Range<u64>)>,
     /// Files that are not valid segments (bad header) and were treated as free.
@@ -72,6 +76,41 @@ pub struct Scan {
     pub torn_at: Option<usize>,
     /// Damaged ranges (Salvage, or a verify pass).
     pub damaged: Vec<Range<usize>>,
+    /// After a reboot: the first gap, with only unflagged records after it, was cut there
+    /// as an unsynced tail (see [`scan`]): intact records dropped, and the highest lsn among
+    /// them (the store's next lsn must pass it, so no later record ever ties one).
+    pub cut_after_reboot: Option<Cut>,
+}
+
+/// Intact records an unsynced tail cut dropped (see [`Scan::cut_after_reboot`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cut {
+    /// Offsets of the intact records past the gap.
+    pub headers: Vec<usize>,
+    /// Where the last of them ends.
+    pub end: usize,
+    /// Their highest lsn.
+    pub max_lsn: u64,
+}
+
+/// The intact records from `from` to the end of a segment (gaps stepped over): how many,
+/// their highest lsn, and whether one of them was acknowledged as `Persisted`.
+fn records_after(segment_id: u64, bytes: &[u8], from: usize) -> (Cut, bool) {
+    let (mut cut, mut persisted) = (Cut::default(), false);
+    let mut off = Some(from);
+    while let Some(at) = off.filter(|&at| at + HEADER_LEN <= bytes.len()) {
+        match record::decode(segment_id, &bytes[at..]) {
+            Ok((h, _, _)) => {
+                cut.headers.push(at);
+                cut.max_lsn = cut.max_lsn.max(h.lsn);
+                cut.end = at + h.record_len();
+                persisted |= h.persisted;
+                off = Some(at + h.footprint());
+            }
+            Err(_) => off = next_valid(segment_id, bytes, at + RECORD_ALIGN),
+        }
+    }
+    (cut, persisted)
 }
 
 fn next_valid(segment_id: u64, bytes: &[u8], from: usize) -> Option<usize> {
@@ -93,12 +132,37 @@ fn next_valid(segment_id: u64, bytes: &[u8], from: usize) -> Option<usize> {
     None
 }
 
-/// Scans the records of segment `segment_id` in `bytes` (the whole file). With
-/// `stop_at_damage`, the first damage returns `Err(offset)`.
+/// Makes the records an unsynced tail cut dropped invalid, durably (their headers zeroed):
+/// the segment continues from the cut, and new records written up to one of them would
+/// make it valid again. Redone by the next open if a crash comes first (the same cut).
+fn erase(region: &dyn crate::medium::Region, cut: &Cut) -> Result<()> {
+    let Some(&first) = cut.headers.first() else {
+        return Ok(());
+    };
+    for &at in &cut.headers {
+        // Safety: past the segment's end after the cut; nothing else uses the file while the
+        // store opens.
+        unsafe { region.write(at, &[0u8; HEADER_LEN], false)? };
+    }
+    region.persist(first, cut.end - first)
+}
+
+/// Scans the records of segment `segment_id` in `bytes` (the whole file). Without
+/// `keep_going`, the first damage returns `Err(offset)`.
+///
+/// Damage is an invalid record with an intact one further on. With `rebooted` (the segment
+/// was started in an earlier boot of the machine), a gap whose intact records after it are
+/// all unflagged is not damage but an unsynced tail, written back out of order before a power
+/// cut: nothing there was promised past one (a `Persisted` record is flagged, and everything
+/// before it was durable before it was acknowledged). It is cut like a torn tail, and the
+/// dropped records are counted in `cut_after_reboot`. A flagged record after a gap is
+/// damage in what was promised, as is any gap within the boot that wrote it (the page cache
+/// survives a process crash whole).
 pub fn scan(
     segment_id: u64,
     bytes: &[u8],
     keep_going: bool,
+    rebooted: bool,
 ) -> std::result::Result<Scan, (usize, String)> {
     let mut out = Scan {
         end: SEGMENT_HEADER_LEN,
@@ -135,6 +199,14 @@ pub fn scan(
                         break;
                     }
                     Some(next) => {
+                        if rebooted {
+                            let (cut, persisted) = records_after(segment_id, bytes, next);
+                            if !persisted {
+                                out.torn_at = Some(off);
+                                out.cut_after_reboot = Some(cut);
+                                break;
+                            }
+                        }
                         if !keep_going {
                             return Err((off, format!("invalid record ({why:?}) with an intact record at offset {next}")));
                         }
@@ -253,13 +325,14 @@ fn damaged_header(
         candidates.extend(id_at(&sum));
     }
     for id in candidates.into_iter().filter(|&id| id != 0) {
-        if scan(id, bytes, true).is_ok_and(|s| !s.entries.is_empty()) {
+        if scan(id, bytes, true, false).is_ok_and(|s| !s.entries.is_empty()) {
             return Ok(Some(SegmentHeader {
                 tier: tier.index as u16,
                 id,
                 created_unix_ns: 0,
                 file_len: bytes.len() as u64,
                 retired_id: 0,
+                boot: 0,
             }));
         }
     }
@@ -385,6 +458,7 @@ pub fn recover<E: Send + Sync>(
                         id: 0,
                         retired_id: h.id,
                         created_unix_ns: 0,
+                        boot: 0,
                         ..h
                     }
                     .encode();
@@ -484,15 +558,29 @@ pub fn recover<E: Send + Sync>(
                 }
                 None => {
                     report.segments_scanned += 1;
-                    let s = scan(header.id, bytes, mode == RecoveryMode::Salvage).map_err(
-                        |(offset, reason)| Error::Corruption {
+                    // Salvage keeps every intact record, past an unsynced tail's gap too.
+                    let current = tier.medium.boot_id();
+                    let rebooted = mode == RecoveryMode::Strict
+                        && header.boot != 0
+                        && current != 0
+                        && header.boot != current;
+                    let s = scan(header.id, bytes, mode == RecoveryMode::Salvage, rebooted)
+                        .map_err(|(offset, reason)| Error::Corruption {
                             file: path.clone(),
                             offset: offset as u64,
                             reason,
-                        },
-                    )?;
+                        })?;
                     if let Some(at) = s.torn_at {
                         report.torn_tails.push((path.clone(), at as u64));
+                    }
+                    if let (Some(cut), Some(at)) = (&s.cut_after_reboot, s.torn_at) {
+                        erase(&*region, cut)?;
+                        report.unsynced_tails.push((
+                            path.clone(),
+                            at as u64,
+                            cut.headers.len() as u64,
+                        ));
+                        max_lsn = max_lsn.max(cut.max_lsn);
                     }
                     for r in &s.damaged {
                         report
@@ -520,7 +608,7 @@ pub fn recover<E: Send + Sync>(
                 // durable here (`write_header` leaves that to the next persist of records,
                 // and this segment's watermark is past its header): a power cut after a
                 // clean close brought the damaged header back.
-                seg.write_header(0)?;
+                seg.write_header(0, header.boot)?;
                 seg.persist_range(0, SEGMENT_HEADER_LEN)?;
             }
             report.records += entries.len() as u64;
@@ -614,4 +702,58 @@ pub fn recover<E: Send + Sync>(
         event_records,
         report,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::encode_flagged;
+
+    /// A segment image: header page, then records (`persisted` flags), the `gap`-th one's
+    /// header zeroed as an unwritten page would leave it.
+    fn segment(flags: &[bool], gap: usize) -> (Vec<u8>, Vec<usize>) {
+        let mut b = vec![0u8; SEGMENT_HEADER_LEN];
+        let mut offsets = Vec::new();
+        for (i, &persisted) in flags.iter().enumerate() {
+            offsets.push(b.len());
+            let key = [b'k', i as u8];
+            encode_flagged(
+                5,
+                Kind::Put,
+                persisted,
+                &key,
+                &[i as u8; 40],
+                10 + i as u64,
+                &mut b,
+            );
+        }
+        b[offsets[gap]..offsets[gap] + HEADER_LEN].fill(0);
+        b.resize(b.len() + 4096, 0);
+        (b, offsets)
+    }
+
+    #[test]
+    fn after_a_reboot_a_gap_before_unflagged_records_is_an_unsynced_tail() {
+        let (b, at) = segment(&[true, false, false, false], 1);
+        let s = scan(5, &b, false, true).expect("cut, not refused");
+        assert_eq!((s.entries.len(), s.end, s.torn_at), (1, at[1], Some(at[1])));
+        let cut = s.cut_after_reboot.expect("a cut");
+        assert_eq!((cut.headers, cut.max_lsn), (vec![at[2], at[3]], 13));
+    }
+
+    #[test]
+    fn a_flagged_record_after_the_gap_makes_it_damage_even_after_a_reboot() {
+        let (b, at) = segment(&[false, false, false, true], 1);
+        let (off, _) = scan(5, &b, false, true).expect_err("refused");
+        assert_eq!(off, at[1]);
+        let s = scan(5, &b, true, true).expect("salvage steps over it");
+        assert_eq!((s.entries.len(), s.damaged.len()), (3, 1));
+        assert!(s.cut_after_reboot.is_none());
+    }
+
+    #[test]
+    fn in_the_boot_that_wrote_it_any_gap_is_damage() {
+        let (b, at) = segment(&[false, false, false], 1);
+        assert_eq!(scan(5, &b, false, false).expect_err("refused").0, at[1]);
+    }
 }

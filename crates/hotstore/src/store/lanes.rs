@@ -203,7 +203,7 @@ impl Inner {
         let seg = Arc::new(Segment::new(id, tier, slot, region, SEGMENT_HEADER_LEN, 0));
         seg.removals_only.store(removals_only, Ordering::Relaxed);
         seg.only_puts.store(true, Ordering::Relaxed);
-        if let Err(e) = seg.write_header(now_ns()) {
+        if let Err(e) = seg.write_header(now_ns(), self.tiers[tier].medium.boot_id()) {
             self.poison(&e);
             return Err(e);
         }

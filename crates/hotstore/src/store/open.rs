@@ -66,6 +66,13 @@ impl Store {
                         changed = true;
                     }
                 }
+                // Format 1 stores become format 2 before this build writes a record with the
+                // persisted flag, which a format-1 build would take for damage (or cut as a
+                // torn tail): such a build then refuses the store by its version instead.
+                if meta.format_version < FORMAT_VERSION {
+                    meta.format_version = FORMAT_VERSION;
+                    changed = true;
+                }
                 if changed {
                     check_capacity(&meta.tiers, meta.segment_size_bytes)?;
                     meta.store(&*root)?;
@@ -379,6 +386,10 @@ fn assign_tails(
         if torn.iter().any(|(p, _)| p == seg.path()) {
             seg.clear_torn_tail()?;
         }
+        // Its records from now on are written in this boot: a gap among them found after a
+        // crash of this process alone is damage, not an unsynced tail (`recovery::scan`).
+        // Persisted with the segment's next records (its watermark was reset above).
+        seg.write_header(super::now_ns(), tiers[seg.tier].medium.boot_id())?;
         seg.sealed.store(false, Ordering::Release);
         match &mut relocation[seg.tier] {
             slot @ None if !seg.removals_only.load(Ordering::Relaxed) => *slot = Some(seg),

@@ -353,9 +353,11 @@ impl Inner {
                     // As the original: the acknowledged-event set is persisted before this goes.
                     dst.holds_event_acks.store(true, Ordering::Release);
                 }
+                // A copy is unflagged: its original stays until the copy is durable.
                 let header = record::encode_header_with(
                     dst.id,
                     h.kind,
+                    false,
                     h.key_len,
                     h.value_len,
                     h.lsn,
@@ -446,6 +448,7 @@ impl Inner {
             &dst,
             doff,
             Kind::Put,
+            false,
             key,
             h.value_len,
             body_crc,
@@ -521,6 +524,7 @@ impl Inner {
             &dst,
             doff,
             Kind::EventMark,
+            false,
             prefix,
             1,
             body_crc,

@@ -69,6 +69,7 @@ impl Store {
             &seg,
             off,
             Kind::Put,
+            opts.durability == Durability::Persisted,
             key,
             value_len,
             body_crc,
@@ -117,6 +118,7 @@ impl Store {
     ) -> Result<()> {
         const ALIGN: usize = crate::medium::direct::DIRECT_ALIGN;
         static ZEROS: [u8; ALIGN] = [0; ALIGN];
+        let persisted = opts.durability == Durability::Persisted;
         let rec_len = record::record_len(key.len(), value_len);
         let a = off / ALIGN * ALIGN;
         let pad = (off + rec_len).next_multiple_of(ALIGN) - (off + rec_len);
@@ -136,6 +138,7 @@ impl Store {
                 Some(lsn) => record::encode_header_padded(
                     seg.id,
                     Kind::Put,
+                    persisted,
                     key.len(),
                     value_len,
                     lsn,
@@ -178,6 +181,16 @@ impl Store {
                 self.inner.events.admit(&shard.events, key, &probe)?;
             }
         }
+        // A flagged record must not reach the device before the bytes in front of it (small
+        // `Memory` records still in the page cache): else a power cut could keep it and lose
+        // them, and recovery would see damage before a promised record (`recovery::scan`).
+        // Costs a sync only where the segment mixes them; the ack needs it anyway.
+        if persisted && !seg.is_synced() {
+            if let Err(e) = seg.persist_written() {
+                self.inner.poison(&e);
+                return Err(e);
+            }
+        }
         let lsn = self.inner.next_lsn.fetch_add(1, Ordering::Relaxed);
         write(Some(lsn), false)?;
         let mut shard = self.inner.index.shard(key).write();
@@ -186,6 +199,7 @@ impl Store {
             &seg,
             off,
             Kind::Put,
+            persisted,
             key,
             value_len,
             body_crc,
@@ -243,6 +257,7 @@ impl Store {
             &seg,
             off,
             Kind::Tombstone,
+            opts.durability == Durability::Persisted,
             key,
             0,
             body_crc,
@@ -435,6 +450,7 @@ impl<'a> Reservation<'a> {
             &self.seg,
             self.off,
             Kind::Put,
+            durability == Durability::Persisted,
             key,
             self.value_len,
             body_crc,
@@ -469,6 +485,7 @@ impl Inner {
         seg: &Arc<Segment>,
         off: usize,
         kind: Kind,
+        persisted: bool,
         key: &[u8],
         value_len: usize,
         body_crc: u32,
@@ -489,6 +506,7 @@ impl Inner {
                 seg,
                 off,
                 kind,
+                persisted,
                 key,
                 value_len,
                 body_crc,
@@ -572,6 +590,7 @@ impl Inner {
         seg: &Arc<Segment>,
         off: usize,
         kind: Kind,
+        persisted: bool,
         key: &[u8],
         value_len: usize,
         body_crc: u32,
@@ -582,7 +601,15 @@ impl Inner {
         }
         let lsn = self.next_lsn.fetch_add(1, Ordering::Relaxed);
         newest_lsn.note(key, lsn);
-        let header = record::encode_header_with(seg.id, kind, key.len(), value_len, lsn, body_crc);
+        let header = record::encode_header_with(
+            seg.id,
+            kind,
+            persisted,
+            key.len(),
+            value_len,
+            lsn,
+            body_crc,
+        );
         let rec_len = record::record_len(key.len(), value_len);
         if is_bulk(value_len) {
             // Through the medium like the value (pwrite on block tiers), so the header never
