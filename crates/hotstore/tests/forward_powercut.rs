@@ -1,5 +1,7 @@
 //! Copies forward under crashes (twenty-first session's campaign): a bounded store with values up to a segment, removals and re-puts of removed
-//! keys (so tombstones are copied forward by relocation), power cuts (FaultMedium::crash) and
+//! keys (so tombstones are copied forward by relocation), a stream of small events acknowledged
+//! Remove or Keep among them (so event removals and keep marks are copied too: 570 and 330 in
+//! 16 seeds, beside 2204 tombstones), power cuts (FaultMedium::crash) and
 //! kill -9 restarts (FaultMedium::process_crash) at many points; every Persisted
 //! acknowledgement must hold after each, and no removed key may come back.
 #![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
@@ -55,7 +57,10 @@ fn value(k: u32, gen: u32, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn check(s: &Store, model: &BTreeMap<u32, Option<Vec<u8>>>, what: &str) {
+/// Every key of `model` and every event of `events` as it must be, and nothing else stored.
+fn check(s: &Store, model: &BTreeMap<u32, Option<Vec<u8>>>, events: &EventModel, what: &str) {
+    check_events(s, events, what);
+    let fragments: u64 = events.values().flatten().map(|f| f.len() as u64).sum();
     let mut live = 0;
     for (k, v) in model {
         let got = s.get(&k.to_le_bytes()).unwrap();
@@ -67,13 +72,89 @@ fn check(s: &Store, model: &BTreeMap<u32, Option<Vec<u8>>>, what: &str) {
         }
         live += v.is_some() as u64;
     }
-    assert_eq!(s.stats().entries, live, "{what}: entries");
+    assert_eq!(s.stats().entries, live + fragments, "{what}: entries");
+}
+
+/// Every event of `model` as it must be: kept ones whole, removed ones gone.
+fn check_events(s: &Store, model: &EventModel, what: &str) {
+    use hotstore::EventId;
+    for (e, want) in model {
+        let mut got = s.event(&EventId::new(1, *e)).unwrap();
+        got.sort();
+        match want {
+            None => assert!(
+                got.is_empty(),
+                "{what}: removed event {e} came back ({} fragments)",
+                got.len()
+            ),
+            Some(w) => assert!(
+                &got == w,
+                "{what}: kept event {e}: {} of {} fragments match",
+                got.len(),
+                w.len()
+            ),
+        }
+    }
+}
+
+/// One small event beside the key-value workload: two fragments, claimed and acknowledged
+/// Remove (an event-removal record) or Keep (a keep mark); now and then a kept event is
+/// removed fragment by fragment (tombstones). Its records land among the key-value
+/// workload's tombstones, and are copied forward with them.
+fn event_step(s: &Store, rng: &mut rand::rngs::StdRng, e: u64, model: &mut EventModel) {
+    use hotstore::{Ack, EventId, FragmentKey};
+    let d = Durability::Persisted;
+    let mut frags = Vec::new();
+    for det in 0..2u16 {
+        let k = FragmentKey::new(1, e, det, 0).to_bytes().to_vec();
+        let v = value(e as u32, 1000 + det as u32, rng.gen_range(16..2048));
+        match s.put(&k, &v, d) {
+            Ok(()) => frags.push((k, v)),
+            Err(err) if err.is_full() => break,
+            Err(err) => panic!("fragment put: {err}"),
+        }
+    }
+    if frags.len() < 2 {
+        for (k, _) in &frags {
+            s.remove(k, d).unwrap();
+        }
+        return;
+    }
+    let claim = s
+        .next_event("c", std::time::Duration::from_secs(600))
+        .unwrap()
+        .expect("ready event");
+    assert_eq!(claim.event(), &EventId::new(1, e));
+    let keep = rng.gen_bool(0.3);
+    claim
+        .ack_with(if keep { Ack::Keep } else { Ack::Remove }, d)
+        .unwrap();
+    frags.sort();
+    model.insert(e, keep.then_some(frags));
+    if rng.gen_bool(0.2) {
+        let kept: Vec<u64> = model
+            .iter()
+            .filter(|(_, f)| f.is_some())
+            .map(|(e, _)| *e)
+            .collect();
+        if let Some(&old) = kept.get(rng.gen_range(0..kept.len().max(1))) {
+            for (k, _) in model[&old].clone().unwrap() {
+                s.remove(&k, d).unwrap();
+            }
+            model.insert(old, None);
+        }
+    }
 }
 
 fn run(seed: u64, segs: u64, ops: usize) -> (u64, u64) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut medium = FaultMedium::new("fwd");
     let mut s = open(&medium, segs);
+    s.set_event_policy(hotstore::EventPolicy::expecting(2))
+        .unwrap();
+    let mut events: EventModel = BTreeMap::new();
+    // Its own stream: the key-value workload stays the one each seed was chosen for.
+    let mut event_rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0xE7E7);
     let mut model: BTreeMap<u32, Option<Vec<u8>>> = BTreeMap::new();
     let mut live: Vec<u32> = Vec::new();
     let mut removed: Vec<u32> = Vec::new();
@@ -83,6 +164,9 @@ fn run(seed: u64, segs: u64, ops: usize) -> (u64, u64) {
     let mut cuts = 0u64;
     let d = Durability::Persisted;
     for op in 0..ops {
+        if op % 5 == 0 {
+            event_step(&s, &mut event_rng, op as u64 + 1, &mut events);
+        }
         let r: f64 = rng.gen();
         let len = (2f64.powf(rng.gen_range(4.0..16.05))) as usize;
         gen += 1;
@@ -150,38 +234,55 @@ fn run(seed: u64, segs: u64, ops: usize) -> (u64, u64) {
         }
         if op % 7 == 3 {
             let s2 = after_power_cut(&medium, segs);
-            check(&s2, &model, &format!("seed {seed} op {op}: power cut"));
+            check(
+                &s2,
+                &model,
+                &events,
+                &format!("seed {seed} op {op}: power cut"),
+            );
             drop(s2);
             cuts += 1;
         }
         if op % 11 == 5 && std::env::var_os("HC_TORN").is_some() {
             let snap = medium.crash(Some(seed * 100_000 + op as u64));
             let s2 = open_in(&snap, segs, RecoveryMode::Salvage);
-            check(&s2, &model, &format!("seed {seed} op {op}: torn power cut"));
+            check(
+                &s2,
+                &model,
+                &events,
+                &format!("seed {seed} op {op}: torn power cut"),
+            );
             s2.close().unwrap();
             let again = snap.crash(None);
             let s3 = open(&again, segs);
             check(
                 &s3,
                 &model,
+                &events,
                 &format!("seed {seed} op {op}: torn power cut, reopened"),
             );
             drop(s3);
         }
         if op % 53 == 20 {
             (medium, s) = after_kill(medium, s, segs);
-            check(&s, &model, &format!("seed {seed} op {op}: kill -9"));
+            check(
+                &s,
+                &model,
+                &events,
+                &format!("seed {seed} op {op}: kill -9"),
+            );
             // and a power cut right after the restart
             let s2 = after_power_cut(&medium, segs);
             check(
                 &s2,
                 &model,
+                &events,
                 &format!("seed {seed} op {op}: kill -9 then power cut"),
             );
             drop(s2);
         }
     }
-    check(&s, &model, "end");
+    check(&s, &model, &events, "end");
     let moved = s.stats().relocation.records;
     let forwarded = s.stats().relocation.forwarded_records;
     s.close().unwrap();
@@ -200,7 +301,9 @@ fn seed_range() -> (u64, u64) {
     (var("HC_SEED0", 0), var("HC_SEEDS", 4))
 }
 
-/// `HC_SEEDS` and `HC_SEED0` run a longer campaign (904 seeds found nothing).
+/// `HC_SEEDS` and `HC_SEED0` run a longer campaign (904 seeds found nothing before the event
+/// stream was added). Whether a seed copies anything depends on the maintenance thread's
+/// timing (1 to 3 of the 4 default seeds), so the count is printed, not asserted.
 #[test]
 fn forward_power_cuts() {
     let (first, seeds) = seed_range();
@@ -225,25 +328,6 @@ fn run_events(seed: u64, segs: u64, ops: usize) -> u64 {
     let mut model: EventModel = BTreeMap::new();
     let mut kept: Vec<u64> = Vec::new();
     let mut full = 0u64;
-    let check_ev = |s: &Store, model: &EventModel, what: &str| {
-        for (e, want) in model {
-            let mut got = s.event(&EventId::new(1, *e)).unwrap();
-            got.sort();
-            match want {
-                None => assert!(
-                    got.is_empty(),
-                    "{what}: removed event {e} came back ({} fragments)",
-                    got.len()
-                ),
-                Some(w) => assert!(
-                    &got == w,
-                    "{what}: kept event {e}: {} of {} fragments match",
-                    got.len(),
-                    w.len()
-                ),
-            }
-        }
-    };
     for op in 0..ops {
         let e = op as u64 + 1;
         let mut frags = Vec::new();
@@ -309,7 +393,7 @@ fn run_events(seed: u64, segs: u64, ops: usize) -> u64 {
         }
         if op % 7 == 3 {
             let s2 = after_power_cut(&medium, segs);
-            check_ev(
+            check_events(
                 &s2,
                 &model,
                 &format!("events seed {seed} op {op}: power cut"),
@@ -318,10 +402,10 @@ fn run_events(seed: u64, segs: u64, ops: usize) -> u64 {
         }
         if op % 53 == 20 {
             (medium, s) = after_kill(medium, s, segs);
-            check_ev(&s, &model, &format!("events seed {seed} op {op}: kill -9"));
+            check_events(&s, &model, &format!("events seed {seed} op {op}: kill -9"));
         }
     }
-    check_ev(&s, &model, "end");
+    check_events(&s, &model, "end");
     let forwarded = s.stats().relocation.forwarded_records;
     s.close().unwrap();
     eprintln!("events seed {seed}: {forwarded} records copied forward");
@@ -330,8 +414,8 @@ fn run_events(seed: u64, segs: u64, ops: usize) -> u64 {
 
 /// `HC_SEEDS` and `HC_SEED0` run a longer campaign (553 seeds found nothing). Since copies are
 /// made only by requests for room that find no group (twenty-second session), this workload
-/// no longer reaches them (0 copies in 240 seeds): it still checks events under power cuts,
-/// and `forward_power_cuts` the copies (in 3 of its 4 default seeds).
+/// no longer reaches them (0 copies in 240 seeds): it checks events under power cuts on a
+/// full store. Copied event removals and marks are `forward_power_cuts`' (its event stream).
 #[test]
 fn forward_events_power_cuts() {
     let (first, seeds) = seed_range();
