@@ -68,7 +68,7 @@ pub struct SegmentHeader {
     /// ids at 1, a reused file could get the id it had before, its old records validated
     /// again, and a crash then made recovery refuse the store or revive removed records.
     pub retired_id: u64,
-    /// The boot of the machine this incarnation was started in ([`crate::medium::boot_id`]),
+    /// The boot of the machine this incarnation was started in (`medium::boot_id`),
     /// 0 if not known. Recovery compares it with the current boot: the same boot means the
     /// page cache that held the segment's unsynced bytes was never lost, so a gap before
     /// intact records can only be damage; another boot means a reboot or power cut may have

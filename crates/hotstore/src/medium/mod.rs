@@ -107,7 +107,7 @@ pub trait Medium: Send + Sync + fmt::Debug {
     fn free_space_bytes(&self) -> Option<u64> {
         free_space_bytes(self.path())
     }
-    /// The machine's current boot ([`boot_id`]); 0 if not known. A test medium gives each
+    /// The machine's current boot (`medium::boot_id`); 0 if not known. A test medium gives each
     /// simulated power cut a new one.
     fn boot_id(&self) -> u64 {
         boot_id()
