@@ -193,13 +193,15 @@ fn print_human(out: &mut Out, dir: &Path, stats: &Stats, report: &RecoveryReport
         let unsynced = r
             .unsynced_tails
             .iter()
-            .find(|(f, a, _)| f == file && a == at);
+            .find(|t| &t.file == file && t.offset == *at);
         match unsynced {
-            Some((_, _, records)) => out.line(format_args!(
+            Some(t) => out.line(format_args!(
                 "torn tail    {}:{at} (unsynced writes a power cut or reboot left out of \
-                 order, cut with {records} intact record(s) after them, none acknowledged \
-                 as persisted)",
-                short_path(file, dir)
+                 order, cut with {} intact record(s) after them, none acknowledged as \
+                 persisted; the cut bytes are kept in {})",
+                short_path(file, dir),
+                t.records,
+                short_path(&t.saved_to, dir)
             ))?,
             None => out.line(format_args!(
                 "torn tail    {}:{at} (an interrupted last write, cut: expected after a crash)",

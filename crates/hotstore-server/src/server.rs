@@ -76,6 +76,11 @@ pub fn spawn(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         builder = builder.preallocate_bytes(bytes);
     }
     let store = builder.open()?;
+    // Writes go to the store as `Memory` and are acknowledged after the group commit's flush:
+    // they are promised as `Persisted` ones are, so they carry the flag (design.md §7).
+    if config.durability == hotstore::Durability::Persisted {
+        store.set_acknowledged_after_flush(true);
+    }
     if config.expected_fragments.is_some() || config.incomplete_timeout_ms.is_some() {
         let mut policy = store.event_policy(None);
         if let Some(n) = config.expected_fragments {

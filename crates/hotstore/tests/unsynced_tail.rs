@@ -77,7 +77,16 @@ fn a_power_cut_that_keeps_a_direct_record_but_not_the_small_ones_before_it_opens
     let r = s.recovery_report();
     assert_eq!(r.unsynced_tails.len(), 1, "{r:?}");
     // k5 (whole in the kept block), big-value and k6.
-    assert_eq!(r.unsynced_tails[0].2, 3, "{r:?}");
+    assert_eq!(r.unsynced_tails[0].records, 3, "{r:?}");
+    // Nothing is destroyed: the cut bytes, from the gap to the end of k6, are kept.
+    let kept = r.unsynced_tails[0].saved_to.file_name().unwrap();
+    let kept = cut
+        .read_file(kept.to_str().unwrap())
+        .unwrap()
+        .expect("kept");
+    for k in [&b"k5"[..], b"big-value", b"k6"] {
+        assert!(kept.windows(k.len()).any(|w| w == k), "{k:?} kept");
+    }
 
     // The segment goes on from the cut (as relocation's active segment: the largest tail),
     // its header now naming this boot: a gap among records written from now on, found
@@ -188,5 +197,67 @@ fn a_format_1_store_is_marked_format_2_when_opened() {
         }
         Err(e) => panic!("refused for another reason: {e}"),
         Ok(_) => panic!("opened a format-3 store"),
+    }
+}
+
+/// Found in review: after a reboot, damage to a record acknowledged as Persisted, followed
+/// only by unflagged records, was cut as an unsynced tail (the flag was in the damaged record
+/// itself). Its header still says it was promised: refused.
+#[test]
+fn a_damaged_persisted_record_before_unflagged_ones_is_damage_after_a_reboot() {
+    let m = FaultMedium::new("rot");
+    let s = open(&m, RecoveryMode::Strict).unwrap();
+    s.put(b"x", &small(9), Durability::Persisted).unwrap();
+    for i in 1..=3u8 {
+        s.put(format!("k{i}").as_bytes(), &small(i), Durability::Memory)
+            .unwrap();
+    }
+    s.flush().unwrap();
+    let (file, _) = block_of(&m, b"k1");
+    // A power cut that lost nothing, then a flipped bit in x's value.
+    let cut = m.crash(None);
+    drop(s);
+    // x is the segment's first record: header at 4096, key at 4120, value after it.
+    assert_eq!(cut.live_image(&file).unwrap()[4120], b'x');
+    let x = 4121 + 100;
+    cut.tamper(&file, |b| b[x] ^= 1);
+    match open(&cut, RecoveryMode::Strict) {
+        Err(Error::Corruption { .. }) => {}
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(s) => panic!("opened: {:?}", s.recovery_report().unsynced_tails),
+    }
+}
+
+/// Found in review: a server writes `Memory` and acknowledges after its group commit's flush,
+/// so its records were never flagged, and after a reboot damage among them was cut as an
+/// unsynced tail. With `set_acknowledged_after_flush` they are flagged: refused. Without it
+/// the same damage is cut, and the cut bytes are kept.
+#[test]
+fn writes_acknowledged_after_a_flush_are_flagged() {
+    for after_flush in [true, false] {
+        let m = FaultMedium::new("server");
+        let s = open(&m, RecoveryMode::Strict).unwrap();
+        s.set_acknowledged_after_flush(after_flush);
+        for i in 1..=3u8 {
+            s.put(format!("k{i}").as_bytes(), &small(i), Durability::Memory)
+                .unwrap();
+        }
+        s.flush().unwrap();
+        let (file, _) = block_of(&m, b"k1");
+        let cut = m.crash(None);
+        drop(s);
+        // k1 is the segment's first record: header at 4096, key at 4120, value after it.
+        assert_eq!(cut.live_image(&file).unwrap()[4120..4122], *b"k1");
+        cut.tamper(&file, |b| b[4122 + 100] ^= 1);
+        match (open(&cut, RecoveryMode::Strict), after_flush) {
+            (Err(Error::Corruption { .. }), true) => {}
+            (Ok(s), false) => {
+                let r = s.recovery_report();
+                assert_eq!(r.unsynced_tails.len(), 1, "{r:?}");
+                assert_eq!(r.unsynced_tails[0].records, 2, "k2 and k3, kept aside");
+            }
+            (Err(e), _) => panic!("after_flush {after_flush}: {e}"),
+            (Ok(_), true) => panic!("opened a store damaged before flagged records"),
+        }
     }
 }

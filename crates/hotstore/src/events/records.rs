@@ -70,7 +70,7 @@ impl Inner {
             &seg,
             off,
             kind,
-            durability == Durability::Persisted,
+            self.flags_persisted(durability),
             prefix,
             value.len(),
             body_crc,

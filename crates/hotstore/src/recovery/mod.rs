@@ -47,10 +47,9 @@ pub struct RecoveryReport {
     pub record_bytes: u64,
     /// Torn tails cut: file, offset where valid records end, bytes after it that were not all zero.
     pub torn_tails: Vec<(PathBuf, u64)>,
-    /// Unsynced tails cut after a reboot (`Strict`; see [`scan`]): file, offset, and the
-    /// intact records past the gap that were dropped with it (none of them acknowledged as
-    /// `Persisted`). Also listed in `torn_tails`; such a file takes no more records.
-    pub unsynced_tails: Vec<(PathBuf, u64, u64)>,
+    /// Unsynced tails cut after a reboot (`Strict`; see [`scan`]). Also listed in
+    /// `torn_tails`.
+    pub unsynced_tails: Vec<UnsyncedTail>,
     /// Damaged ranges skipped in `Salvage` mode: file and byte range.
     pub skipped: Vec<(PathBuf, Range<u64>)>,
     /// Files that are not valid segments (bad header) and were treated as free.
@@ -63,6 +62,27 @@ pub struct RecoveryReport {
     pub unlisted_files: Vec<PathBuf>,
     /// Wall time.
     pub duration: Duration,
+}
+
+/// An unsynced tail cut after a reboot: where, what it dropped, and where its bytes were kept.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UnsyncedTail {
+    /// Segment file.
+    pub file: PathBuf,
+    /// Offset of the cut (the first invalid record).
+    pub offset: u64,
+    /// Intact records past the gap that were dropped with it (none acknowledged as
+    /// `Persisted`).
+    pub records: u64,
+    /// The file holding the cut bytes, from the gap to the end of the last dropped record,
+    /// as they were: nothing is destroyed, should the cut be wrong (damage on a device that
+    /// also lost power). Named `seg-NNNNNN-<segment id>.cut`, beside the segment.
+    pub saved_to: PathBuf,
+}
+
+/// Name of the file keeping the bytes an unsynced tail cut dropped.
+pub fn cut_file_name(slot: u32, segment_id: u64) -> String {
+    format!("seg-{slot:06}-{segment_id}.cut")
 }
 
 /// Result of scanning one segment's records.
@@ -199,7 +219,10 @@ pub fn scan(
                         break;
                     }
                     Some(next) => {
-                        if rebooted {
+                        // The damaged record's own header may still say it was promised.
+                        let promised =
+                            record::parse_header(&bytes[off..]).is_ok_and(|h| h.persisted);
+                        if rebooted && !promised {
                             let (cut, persisted) = records_after(segment_id, bytes, next);
                             if !persisted {
                                 out.torn_at = Some(off);
@@ -574,12 +597,16 @@ pub fn recover<E: Send + Sync>(
                         report.torn_tails.push((path.clone(), at as u64));
                     }
                     if let (Some(cut), Some(at)) = (&s.cut_after_reboot, s.torn_at) {
+                        // Kept, durably, before anything is erased.
+                        let name = cut_file_name(slot, header.id);
+                        tier.medium.write_file(&name, &bytes[at..cut.end])?;
                         erase(&*region, cut)?;
-                        report.unsynced_tails.push((
-                            path.clone(),
-                            at as u64,
-                            cut.headers.len() as u64,
-                        ));
+                        report.unsynced_tails.push(UnsyncedTail {
+                            file: path.clone(),
+                            offset: at as u64,
+                            records: cut.headers.len() as u64,
+                            saved_to: tier.medium.path().join(name),
+                        });
                         max_lsn = max_lsn.max(cut.max_lsn);
                     }
                     for r in &s.damaged {

@@ -9,9 +9,23 @@ impl Store {
         self.inner.check_poisoned()?;
         self.inner.persist_records_and_groups(true)
     }
+
+    /// Declares that every write, `Memory` ones included, is acknowledged to its client only
+    /// after a [`Store::flush`] (a server's group commit): such writes then carry the persisted
+    /// flag, as `Persisted` ones do, so that after a power cut damage before them is refused,
+    /// not cut as an unsynced tail (see `recovery::scan`). Flagging a write that is not
+    /// flushed first is safe; it only turns such a cut into a refusal.
+    pub fn set_acknowledged_after_flush(&self, on: bool) {
+        self.inner.acked_after_flush.store(on, Ordering::Relaxed);
+    }
 }
 
 impl Inner {
+    /// Whether a record written with `durability` carries the persisted flag.
+    pub(crate) fn flags_persisted(&self, durability: Durability) -> bool {
+        durability == Durability::Persisted || self.acked_after_flush.load(Ordering::Relaxed)
+    }
+
     /// A removal found nothing to remove: with `Persisted`, the absence it reports must
     /// survive a power cut too, but the record that made the key absent (a `Memory` tombstone,
     /// possibly another lane's) may not be durable yet, so persist everything published.

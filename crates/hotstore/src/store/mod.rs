@@ -111,6 +111,9 @@ pub(crate) struct Inner {
     pub(crate) verify_on_read: bool,
     /// Values at least this long go to block tiers by direct I/O.
     pub(crate) direct_min: usize,
+    /// Every write is acknowledged only after a flush (`Store::set_acknowledged_after_flush`):
+    /// `Memory` writes carry the persisted flag too.
+    pub(crate) acked_after_flush: AtomicBool,
     pub(crate) tiers: Vec<Tier>,
     pub(crate) index: Index,
     pub(crate) events: Events,

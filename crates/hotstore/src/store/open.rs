@@ -222,6 +222,7 @@ impl Store {
             layout,
             verify_on_read: options.verify_on_read,
             direct_min: options.direct_io_min_value_bytes,
+            acked_after_flush: AtomicBool::new(false),
             tiers,
             index,
             events,

@@ -69,7 +69,7 @@ impl Store {
             &seg,
             off,
             Kind::Put,
-            opts.durability == Durability::Persisted,
+            self.inner.flags_persisted(opts.durability),
             key,
             value_len,
             body_crc,
@@ -118,7 +118,7 @@ impl Store {
     ) -> Result<()> {
         const ALIGN: usize = crate::medium::direct::DIRECT_ALIGN;
         static ZEROS: [u8; ALIGN] = [0; ALIGN];
-        let persisted = opts.durability == Durability::Persisted;
+        let persisted = self.inner.flags_persisted(opts.durability);
         let rec_len = record::record_len(key.len(), value_len);
         let a = off / ALIGN * ALIGN;
         let pad = (off + rec_len).next_multiple_of(ALIGN) - (off + rec_len);
@@ -257,7 +257,7 @@ impl Store {
             &seg,
             off,
             Kind::Tombstone,
-            opts.durability == Durability::Persisted,
+            self.inner.flags_persisted(opts.durability),
             key,
             0,
             body_crc,
@@ -450,7 +450,7 @@ impl<'a> Reservation<'a> {
             &self.seg,
             self.off,
             Kind::Put,
-            durability == Durability::Persisted,
+            self.inner.flags_persisted(durability),
             key,
             self.value_len,
             body_crc,
