@@ -152,6 +152,11 @@ impl FileList {
         Self::store(&self.root, &mut s)
     }
 
+    /// Writes the metadata as it is now (a format upgrade, once the store has opened).
+    pub fn store_now(&self) -> Result<()> {
+        Self::store(&self.root, &mut self.state.lock())
+    }
+
     fn store(root: &Arc<dyn Medium>, s: &mut State) -> Result<()> {
         let State { meta, lists } = s;
         for (t, list) in meta.tiers.iter_mut().zip(lists.iter()) {

@@ -175,7 +175,9 @@ fn a_persisted_direct_put_lands_after_the_small_records_before_it() {
 #[test]
 fn a_format_1_store_is_marked_format_2_when_opened() {
     let m = FaultMedium::new("upgrade");
-    drop(open(&m, RecoveryMode::Strict).unwrap());
+    let s = open(&m, RecoveryMode::Strict).unwrap();
+    s.put(b"a", b"b", Durability::Persisted).unwrap();
+    drop(s);
     let meta = |m: &FaultMedium| -> serde_json::Value {
         serde_json::from_slice(&m.read_file(hotstore::META_FILE).unwrap().unwrap()).unwrap()
     };
@@ -186,6 +188,29 @@ fn a_format_1_store_is_marked_format_2_when_opened() {
         .unwrap();
     drop(open(&m, RecoveryMode::Strict).unwrap());
     assert_eq!(meta(&m)["format_version"], 2);
+    // Found in review: the mark was written before recovery, so an open that then refused
+    // the store left it unreadable by the format-1 build too. Now a refused open leaves it.
+    let mut old = meta(&m);
+    old["format_version"] = 1.into();
+    m.write_file(hotstore::META_FILE, &serde_json::to_vec(&old).unwrap())
+        .unwrap();
+    let seg = m
+        .region_names()
+        .into_iter()
+        .find(|n| n.ends_with(".hss"))
+        .unwrap();
+    let kept = m.live_image(&seg).unwrap();
+    m.remove(&seg).unwrap();
+    assert!(
+        open(&m, RecoveryMode::Strict).is_err(),
+        "a listed file is missing"
+    );
+    assert_eq!(meta(&m)["format_version"], 1, "refused: left as it was");
+    drop(m.create_region(&seg, kept.len()).unwrap());
+    m.tamper(&seg, |b| b.copy_from_slice(&kept));
+    drop(open(&m, RecoveryMode::Strict).unwrap());
+    assert_eq!(meta(&m)["format_version"], 2);
+
     // A later format is refused by its version, with what to do.
     let mut newer = meta(&m);
     newer["format_version"] = 3.into();

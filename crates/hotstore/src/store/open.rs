@@ -34,6 +34,7 @@ impl Store {
             }
         };
         let lock = root.lock()?;
+        let mut upgraded = false;
         let meta = match Meta::load(&*root)? {
             Some(meta) => {
                 let stored = KeyLayout::parse(&meta.layout)?;
@@ -66,17 +67,17 @@ impl Store {
                         changed = true;
                     }
                 }
-                // Format 1 stores become format 2 before this build writes a record with the
-                // persisted flag, which a format-1 build would take for damage (or cut as a
-                // torn tail): such a build then refuses the store by its version instead.
-                if meta.format_version < FORMAT_VERSION {
-                    meta.format_version = FORMAT_VERSION;
-                    changed = true;
-                }
                 if changed {
                     check_capacity(&meta.tiers, meta.segment_size_bytes)?;
                     meta.store(&*root)?;
                 }
+                // Format 1 stores become format 2 once recovery has accepted them (stored
+                // below), before this build writes a record with the persisted flag, which a
+                // format-1 build would take for damage (or cut as a torn tail): such a build
+                // then refuses the store by its version instead. An open that refuses the
+                // store leaves it format 1.
+                upgraded = meta.format_version < FORMAT_VERSION;
+                meta.format_version = FORMAT_VERSION;
                 meta
             }
             None => {
@@ -174,6 +175,9 @@ impl Store {
         }
         let index = Index::new(layout.key_len(), layout.event_prefix_len());
         let recovered = recovery::recover(&tiers, &index, options.recovery, &files)?;
+        if upgraded {
+            files.store_now()?;
+        }
         for t in &tiers {
             t.fit_capacity()?;
         }
