@@ -20,7 +20,7 @@ use std::path::Path;
 pub const META_FILE: &str = "hotstore.meta";
 /// Store format version this build writes; it reads every version from 1 up to it.
 /// 2: record headers may carry the persisted flag (`record::PERSISTED_FLAG`) and segment
-/// headers the boot they were started in. A format-1 store is marked 2 at its first open.
+/// headers the boot they were started in. A format-1 store is marked 2 at its first open, once recovery has accepted it.
 pub const FORMAT_VERSION: u32 = 2;
 
 /// A tier as recorded in the metadata.
