@@ -225,27 +225,42 @@ fn a_format_1_store_is_marked_format_2_when_opened() {
     }
 }
 
-/// Found in review: after a reboot, damage to a record acknowledged as Persisted, followed
-/// only by unflagged records, was cut as an unsynced tail (the flag was in the damaged record
-/// itself). Its header still says it was promised: refused.
-#[test]
-fn a_damaged_persisted_record_before_unflagged_ones_is_damage_after_a_reboot() {
+/// A store holding `first` (written with `durability`) then k1..k3 (`Memory`), all flushed,
+/// after a power cut that lost nothing, with a bit of `first`'s value flipped: damage
+/// followed by intact records, on a medium in a new boot.
+fn flushed_then_one_bit_flipped(
+    first: &[u8],
+    durability: Durability,
+    after_flush: bool,
+) -> Arc<FaultMedium> {
     let m = FaultMedium::new("rot");
     let s = open(&m, RecoveryMode::Strict).unwrap();
-    s.put(b"x", &small(9), Durability::Persisted).unwrap();
+    s.set_acknowledged_after_flush(after_flush);
+    s.put(first, &small(9), durability).unwrap();
     for i in 1..=3u8 {
         s.put(format!("k{i}").as_bytes(), &small(i), Durability::Memory)
             .unwrap();
     }
     s.flush().unwrap();
     let (file, _) = block_of(&m, b"k1");
-    // A power cut that lost nothing, then a flipped bit in x's value.
     let cut = m.crash(None);
     drop(s);
-    // x is the segment's first record: header at 4096, key at 4120, value after it.
-    assert_eq!(cut.live_image(&file).unwrap()[4120], b'x');
-    let x = 4121 + 100;
-    cut.tamper(&file, |b| b[x] ^= 1);
+    // `first` is the segment's first record: header at 4096, key at 4120, value after it.
+    let key_at = 4096 + 24;
+    assert_eq!(
+        cut.live_image(&file).unwrap()[key_at..key_at + first.len()],
+        *first
+    );
+    cut.tamper(&file, |b| b[key_at + first.len() + 100] ^= 1);
+    cut
+}
+
+/// Found in review: after a reboot, damage to a record acknowledged as Persisted, followed
+/// only by unflagged records, was cut as an unsynced tail (the flag was in the damaged record
+/// itself). Its header still says it was promised: refused.
+#[test]
+fn a_damaged_persisted_record_before_unflagged_ones_is_damage_after_a_reboot() {
+    let cut = flushed_then_one_bit_flipped(b"x", Durability::Persisted, false);
     match open(&cut, RecoveryMode::Strict) {
         Err(Error::Corruption { .. }) => {}
         Err(e) => panic!("refused for another reason: {e}"),
@@ -260,26 +275,13 @@ fn a_damaged_persisted_record_before_unflagged_ones_is_damage_after_a_reboot() {
 #[test]
 fn writes_acknowledged_after_a_flush_are_flagged() {
     for after_flush in [true, false] {
-        let m = FaultMedium::new("server");
-        let s = open(&m, RecoveryMode::Strict).unwrap();
-        s.set_acknowledged_after_flush(after_flush);
-        for i in 1..=3u8 {
-            s.put(format!("k{i}").as_bytes(), &small(i), Durability::Memory)
-                .unwrap();
-        }
-        s.flush().unwrap();
-        let (file, _) = block_of(&m, b"k1");
-        let cut = m.crash(None);
-        drop(s);
-        // k1 is the segment's first record: header at 4096, key at 4120, value after it.
-        assert_eq!(cut.live_image(&file).unwrap()[4120..4122], *b"k1");
-        cut.tamper(&file, |b| b[4122 + 100] ^= 1);
+        let cut = flushed_then_one_bit_flipped(b"x", Durability::Memory, after_flush);
         match (open(&cut, RecoveryMode::Strict), after_flush) {
             (Err(Error::Corruption { .. }), true) => {}
             (Ok(s), false) => {
                 let r = s.recovery_report();
                 assert_eq!(r.unsynced_tails.len(), 1, "{r:?}");
-                assert_eq!(r.unsynced_tails[0].records, 2, "k2 and k3, kept aside");
+                assert_eq!(r.unsynced_tails[0].records, 3, "k1..k3, kept aside");
             }
             (Err(e), _) => panic!("after_flush {after_flush}: {e}"),
             (Ok(_), true) => panic!("opened a store damaged before flagged records"),
