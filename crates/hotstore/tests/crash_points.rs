@@ -362,41 +362,43 @@ fn power_cut_with_two_writers() {
     }
 }
 
-/// Torn write-back: random unpersisted sectors survive the power cut. Reopened in Salvage mode
-/// (a record torn in the middle of unpersisted ones is damage, not a tail), and no
-/// acknowledged Persisted state may be lost.
-#[test]
-fn torn_power_cut_salvage() {
+/// One writer's workload (6 seeds) with a torn power cut after every third operation:
+/// `check(snapshot, log, before, what)` for each, random unpersisted sectors surviving.
+fn torn_power_cuts(mut check: impl FnMut(&Arc<FaultMedium>, &Log, u64, &str)) {
     for seed in 0..6u64 {
         let medium = FaultMedium::new("crash");
-        let s = open(&medium, RecoveryMode::Strict, 2).unwrap();
+        let s = open(&medium, RecoveryMode::Strict, 2).expect("open");
         let log = Log::new(1);
         let ops = plan(seed + 10, 300);
         let (done, err) = drive(&s, &log, 0, &ops, |n| {
             if n % 3 == 2 {
                 let before = log.now();
                 let snap = medium.crash(Some(seed * 1000 + n as u64));
-                check_snapshot(
+                check(
                     &snap,
-                    RecoveryMode::Salvage,
                     &log,
                     before,
                     &format!("seed {seed} torn after op {n}"),
                 );
-                // A salvaged store must reopen as it was left (its summaries are right).
-                let again = snap.crash(None);
-                check_snapshot(
-                    &again,
-                    RecoveryMode::Strict,
-                    &log,
-                    before,
-                    &format!("seed {seed} torn after op {n}, reopened"),
-                );
             }
         });
         assert!(err.is_none(), "workload failed at op {done}: {err:?}");
-        s.close().unwrap();
+        s.close().expect("close");
     }
+}
+
+/// Torn write-back: random unpersisted sectors survive the power cut. Reopened in Salvage mode
+/// (a record torn in the middle of unpersisted ones is damage, not a tail), and no
+/// acknowledged Persisted state may be lost.
+#[test]
+fn torn_power_cut_salvage() {
+    torn_power_cuts(|snap, log, before, what| {
+        check_snapshot(snap, RecoveryMode::Salvage, log, before, what);
+        // A salvaged store must reopen as it was left (its summaries are right).
+        let again = snap.crash(None);
+        let what = format!("{what}, reopened");
+        check_snapshot(&again, RecoveryMode::Strict, log, before, &what);
+    });
 }
 
 /// Torn write-back reopened in Strict mode (format 2): a gap before records none of which
@@ -407,33 +409,20 @@ fn torn_power_cut_salvage() {
 #[test]
 fn torn_power_cut_strict() {
     let (mut opened, mut refused, mut cut) = (0, 0, 0);
-    for seed in 0..6u64 {
-        let medium = FaultMedium::new("crash");
-        let s = open(&medium, RecoveryMode::Strict, 2).unwrap();
-        let log = Log::new(1);
-        let ops = plan(seed + 10, 300);
-        let (done, err) = drive(&s, &log, 0, &ops, |n| {
-            if n % 3 == 2 {
-                let before = log.now();
-                let snap = medium.crash(Some(seed * 1000 + n as u64));
-                let what = format!("seed {seed} torn after op {n}");
-                match open(&snap, RecoveryMode::Strict, 2) {
-                    Ok(s2) => {
-                        let r = s2.recovery_report();
-                        assert!(r.skipped.is_empty(), "{what}: strict open skipped damage");
-                        cut += r.unsynced_tails.len();
-                        log.verify(&s2, before, &what);
-                        s2.close().unwrap();
-                        opened += 1;
-                    }
-                    Err(hotstore::Error::Corruption { .. }) => refused += 1,
-                    Err(e) => panic!("{what}: {e}"),
-                }
+    torn_power_cuts(
+        |snap, log, before, what| match open(snap, RecoveryMode::Strict, 2) {
+            Ok(s2) => {
+                let r = s2.recovery_report();
+                assert!(r.skipped.is_empty(), "{what}: strict open skipped damage");
+                cut += r.unsynced_tails.len();
+                log.verify(&s2, before, what);
+                s2.close().unwrap();
+                opened += 1;
             }
-        });
-        assert!(err.is_none(), "workload failed at op {done}: {err:?}");
-        s.close().unwrap();
-    }
+            Err(hotstore::Error::Corruption { .. }) => refused += 1,
+            Err(e) => panic!("{what}: {e}"),
+        },
+    );
     eprintln!(
         "torn power cuts, Strict: {opened} opened ({cut} unsynced tails cut), {refused} refused"
     );

@@ -97,12 +97,22 @@ fn check_events(s: &Store, model: &EventModel, what: &str) {
     }
 }
 
+/// Claims the next ready event, which must be `e`, and draws whether to keep it (3 in 10).
+fn claim_next(s: &Store, rng: &mut rand::rngs::StdRng, e: u64) -> (hotstore::Claim, bool) {
+    let claim = s
+        .next_event("c", std::time::Duration::from_secs(600))
+        .unwrap()
+        .expect("ready event");
+    assert_eq!(claim.event(), &hotstore::EventId::new(1, e));
+    (claim, rng.gen_bool(0.3))
+}
+
 /// One small event beside the key-value workload: two fragments, claimed and acknowledged
 /// Remove (an event-removal record) or Keep (a keep mark); now and then a kept event is
 /// removed fragment by fragment (tombstones). Its records land among the key-value
 /// workload's tombstones, and are copied forward with them.
 fn event_step(s: &Store, rng: &mut rand::rngs::StdRng, e: u64, model: &mut EventModel) {
-    use hotstore::{Ack, EventId, FragmentKey};
+    use hotstore::{Ack, FragmentKey};
     let d = Durability::Persisted;
     let mut frags = Vec::new();
     for det in 0..2u16 {
@@ -120,12 +130,7 @@ fn event_step(s: &Store, rng: &mut rand::rngs::StdRng, e: u64, model: &mut Event
         }
         return;
     }
-    let claim = s
-        .next_event("c", std::time::Duration::from_secs(600))
-        .unwrap()
-        .expect("ready event");
-    assert_eq!(claim.event(), &EventId::new(1, e));
-    let keep = rng.gen_bool(0.3);
+    let (claim, keep) = claim_next(s, rng, e);
     claim
         .ack_with(if keep { Ack::Keep } else { Ack::Remove }, d)
         .unwrap();
@@ -318,7 +323,7 @@ fn forward_power_cuts() {
 /// mark); kept events later removed fragment by fragment (tombstones), on a full bounded store,
 /// so event removals, marks and tombstones get copied forward; power cuts and kill -9s.
 fn run_events(seed: u64, segs: u64, ops: usize) -> u64 {
-    use hotstore::{Ack, EventId, EventPolicy, FragmentKey};
+    use hotstore::{Ack, EventPolicy, FragmentKey};
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut medium = FaultMedium::new("fwd-ev");
     let mut s = open(&medium, segs);
@@ -373,12 +378,7 @@ fn run_events(seed: u64, segs: u64, ops: usize) -> u64 {
             }
             continue;
         }
-        let claim = s
-            .next_event("c", std::time::Duration::from_secs(600))
-            .unwrap()
-            .expect("ready event");
-        assert_eq!(claim.event(), &EventId::new(1, e));
-        let keep = rng.gen_bool(0.3);
+        let (claim, keep) = claim_next(&s, &mut rng, e);
         match claim.ack_with(if keep { Ack::Keep } else { Ack::Remove }, d) {
             Ok(()) => {}
             Err(err) if err.is_full() => panic!("seed {seed} op {op}: ack found the store full"),
