@@ -197,10 +197,17 @@ fn print_human(out: &mut Out, dir: &Path, stats: &Stats, report: &RecoveryReport
         match unsynced {
             Some(t) => out.line(format_args!(
                 "torn tail    {}:{at} (unsynced writes a power cut or reboot left out of \
-                 order, cut with {} intact record(s) after them, none acknowledged as \
-                 persisted; the cut bytes are kept in {})",
+                 order, cut with {} intact record(s) after them{}; the cut bytes are kept in \
+                 {})",
                 short_path(file, dir),
                 t.records,
+                match t.flagged {
+                    0 => String::new(),
+                    n => format!(
+                        ", {n} written as persisted whose sync never returned (acknowledged \
+                         only if the device damaged bytes it had made durable)"
+                    ),
+                },
                 short_path(&t.saved_to, dir)
             ))?,
             None => out.line(format_args!(

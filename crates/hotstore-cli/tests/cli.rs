@@ -191,9 +191,10 @@ fn inspect_salvage_opens_a_refused_store_once_and_later_opens_are_clean() {
     assert_eq!(v["recovery"]["missing_files"].as_array().unwrap().len(), 0);
 }
 
-/// A gap before records none of which was acknowledged as Persisted: damage within the boot
-/// that wrote them (refused), an unsynced tail after a reboot (cut, and said so). The reboot
-/// is made by giving the segment header another boot.
+/// A gap before records written as a server under `--durability persisted` writes them
+/// (flagged, acknowledged after a flush; the flush never came): damage within the boot that
+/// wrote them (refused), an unsynced tail after a reboot (cut, and said so, flagged records
+/// counted). The reboot is made by giving the segment header another boot.
 #[test]
 fn inspect_cuts_an_unsynced_tail_left_by_a_reboot() {
     let tmp = tempfile::tempdir().unwrap();
@@ -204,6 +205,7 @@ fn inspect_cuts_an_unsynced_tail_left_by_a_reboot() {
             .open()
             .unwrap();
         store.put(b"k0", &[0; 100], Durability::Persisted).unwrap();
+        store.set_acknowledged_after_flush(true);
         for i in 1..=3u8 {
             store
                 .put(format!("k{i}").as_bytes(), &[i; 100], Durability::Memory)
@@ -232,7 +234,7 @@ fn inspect_cuts_an_unsynced_tail_left_by_a_reboot() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let text = stdout(&o);
     assert!(
-        text.contains("cut with 2 intact record(s) after them"),
+        text.contains("cut with 2 intact record(s) after them, 2 written as persisted"),
         "{text}"
     );
     assert!(

@@ -1,7 +1,7 @@
 //! The store's metadata file `hotstore.meta`: JSON, replaced atomically.
 //!
 //! ```json
-//! {"format_version":2,"layout":"run:u32,event:u64|detector:u16,component:u16",
+//! {"format_version":3,"layout":"run:u32,event:u64|detector:u16,component:u16",
 //!  "segment_size_bytes":67108864,"created_unix_ms":1763770000000,
 //!  "tiers":[{"path":".","domain":"volatile","capacity_bytes":0,
 //!            "files":[{"first_slot":0,"count":12,"len_bytes":67108864}]}]}
@@ -20,8 +20,11 @@ use std::path::Path;
 pub const META_FILE: &str = "hotstore.meta";
 /// Store format version this build writes; it reads every version from 1 up to it.
 /// 2: record headers may carry the persisted flag (`record::PERSISTED_FLAG`) and segment
-/// headers the boot they were started in. A format-1 store is marked 2 at its first open, once recovery has accepted it.
-pub const FORMAT_VERSION: u32 = 2;
+/// headers the boot they were started in. 3: record headers may carry the synced-before flag
+/// (`record::SYNCED_BEFORE_FLAG`), and a gap after a reboot is cut unless a record with it
+/// follows (`recovery::Gaps`). An older store takes the current format at its first open, once
+/// recovery has accepted it.
+pub const FORMAT_VERSION: u32 = 3;
 
 /// A tier as recorded in the metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

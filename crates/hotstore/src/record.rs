@@ -6,7 +6,9 @@
 //!  4     2    magic      0x5248 ("HR" little-endian)
 //!  6     1    version    RECORD_VERSION
 //!  7     1    kind       1 = put, 2 = tombstone, 3 = event removal, 4 = event mark; bit 7
-//!                         (`PERSISTED_FLAG`, store format 2): acknowledged as `Persisted`
+//!                         (`PERSISTED_FLAG`, store format 2): acknowledged as `Persisted`;
+//!                         bit 6 (`SYNCED_BEFORE_FLAG`, format 3): every byte before the
+//!                         record in its segment was durable when it was written
 //!  8     2    key_len    1..=MAX_KEY_LEN
 //! 10     2    pad        bytes of zeros after the record (0..4096, a multiple of 8)
 //! 12     4    value_len  0 for tombstones
@@ -30,9 +32,11 @@
 //! Writers store key and value first and the header last, so a record interrupted by a crash
 //! has no valid header.
 //! The persisted flag says the writer acknowledged the record only once it and every byte
-//! before it in its segment were durable. After a power cut, recovery uses it to tell the
-//! unsynced tail of a segment (no flagged record past a gap: nothing there was promised)
-//! from damage to what was (see `recovery::scan`).
+//! before it in its segment were durable. The synced-before flag says the bytes before the
+//! record were durable before it was written. After a power cut, recovery uses them to tell
+//! the unsynced tail of a segment from damage to what was durable (see `recovery::scan`): a
+//! synced-before record past a gap proves the gap was durable once (format 3); before format
+//! 3, a flagged record past a gap was taken for that proof.
 
 use crate::key::MAX_KEY_LEN;
 
@@ -50,6 +54,36 @@ pub const MAX_VALUE_LEN: u64 = 256 << 20;
 
 /// Bit of the kind byte set on a record acknowledged as `Persisted` (store format 2).
 pub const PERSISTED_FLAG: u8 = 0x80;
+/// Bit of the kind byte set on a record written when every byte before it in its segment was
+/// already durable (store format 3): written after a sync that covered them.
+pub const SYNCED_BEFORE_FLAG: u8 = 0x40;
+
+/// The flags a record header carries in its kind byte.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// [`PERSISTED_FLAG`].
+    pub persisted: bool,
+    /// [`SYNCED_BEFORE_FLAG`].
+    pub synced_before: bool,
+}
+
+impl Flags {
+    fn bits(self) -> u8 {
+        (if self.persisted { PERSISTED_FLAG } else { 0 })
+            | if self.synced_before {
+                SYNCED_BEFORE_FLAG
+            } else {
+                0
+            }
+    }
+
+    fn from_bits(b: u8) -> Self {
+        Flags {
+            persisted: b & PERSISTED_FLAG != 0,
+            synced_before: b & SYNCED_BEFORE_FLAG != 0,
+        }
+    }
+}
 
 const _: () = assert!(HEADER_LEN.is_multiple_of(RECORD_ALIGN));
 const _: () = assert!(MAX_VALUE_LEN < u32::MAX as u64);
@@ -119,6 +153,9 @@ pub struct Header {
     /// Acknowledged as `Persisted`: it and every byte before it in the segment were durable
     /// before its writer returned ([`PERSISTED_FLAG`]).
     pub persisted: bool,
+    /// Every byte before it in the segment was durable when it was written
+    /// ([`SYNCED_BEFORE_FLAG`]).
+    pub synced_before: bool,
 }
 
 impl Header {
@@ -145,7 +182,7 @@ pub fn record_len(key_len: usize, value_len: usize) -> usize {
 /// Header bytes 4..24 (everything but the checksum).
 fn header_tail(
     kind: Kind,
-    persisted: bool,
+    flags: Flags,
     key_len: usize,
     value_len: usize,
     lsn: u64,
@@ -156,7 +193,7 @@ fn header_tail(
     let mut t = [0u8; HEADER_LEN - 4];
     t[0..2].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
     t[2] = RECORD_VERSION;
-    t[3] = kind as u8 | if persisted { PERSISTED_FLAG } else { 0 };
+    t[3] = kind as u8 | flags.bits();
     t[4..6].copy_from_slice(&(key_len as u16).to_le_bytes());
     t[6..8].copy_from_slice(&(pad as u16).to_le_bytes());
     t[8..12].copy_from_slice(&(value_len as u32).to_le_bytes());
@@ -183,8 +220,7 @@ pub fn finish_checksum(body: u32, segment_id: u64, header_tail: &[u8]) -> u32 {
     )
 }
 
-/// Builds the header from a precomputed [`body_checksum`]; `persisted` sets
-/// [`PERSISTED_FLAG`].
+/// Builds the header from a precomputed [`body_checksum`], with `flags` in its kind byte.
 #[allow(
     clippy::too_many_arguments,
     reason = "the fields of one header, each a plain number"
@@ -192,14 +228,14 @@ pub fn finish_checksum(body: u32, segment_id: u64, header_tail: &[u8]) -> u32 {
 pub fn encode_header_with(
     segment_id: u64,
     kind: Kind,
-    persisted: bool,
+    flags: Flags,
     key_len: usize,
     value_len: usize,
     lsn: u64,
     body_crc: u32,
 ) -> [u8; HEADER_LEN] {
     encode_header_padded(
-        segment_id, kind, persisted, key_len, value_len, lsn, body_crc, 0,
+        segment_id, kind, flags, key_len, value_len, lsn, body_crc, 0,
     )
 }
 
@@ -211,14 +247,14 @@ pub fn encode_header_with(
 pub fn encode_header_padded(
     segment_id: u64,
     kind: Kind,
-    persisted: bool,
+    flags: Flags,
     key_len: usize,
     value_len: usize,
     lsn: u64,
     body_crc: u32,
     pad: usize,
 ) -> [u8; HEADER_LEN] {
-    let tail = header_tail(kind, persisted, key_len, value_len, lsn, pad);
+    let tail = header_tail(kind, flags, key_len, value_len, lsn, pad);
     let crc = finish_checksum(body_crc, segment_id, &tail);
     let mut h = [0u8; HEADER_LEN];
     h[0..4].copy_from_slice(&crc.to_le_bytes());
@@ -254,7 +290,7 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, Invalid> {
     if h[6] != RECORD_VERSION {
         return Err(Invalid::BadHeader("unknown record version"));
     }
-    let Some(kind) = Kind::from_u8(h[7] & !PERSISTED_FLAG) else {
+    let Some(kind) = Kind::from_u8(h[7] & !(PERSISTED_FLAG | SYNCED_BEFORE_FLAG)) else {
         return Err(Invalid::BadHeader("unknown record kind"));
     };
     let key_len = u16::from_le_bytes([h[8], h[9]]) as usize;
@@ -270,13 +306,15 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, Invalid> {
         return Err(Invalid::BadHeader("value length out of bounds"));
     }
     let lsn = u64::from_le_bytes(h[16..24].try_into().expect("an 8-byte range is a [u8; 8]"));
+    let flags = Flags::from_bits(h[7]);
     let header = Header {
         kind,
         key_len,
         value_len,
         lsn,
         pad,
-        persisted: h[7] & PERSISTED_FLAG != 0,
+        persisted: flags.persisted,
+        synced_before: flags.synced_before,
     };
     // Only the record is checked, not its pad: readers take exactly `record_len` bytes;
     // walkers check the footprint against the segment's end.
@@ -317,15 +355,15 @@ pub fn verify(segment_id: u64, record: &[u8], header: &Header) -> bool {
 /// Serialises a whole record into `out` (the unit tests build segments with it).
 #[cfg(test)]
 pub fn encode(segment_id: u64, kind: Kind, key: &[u8], value: &[u8], lsn: u64, out: &mut Vec<u8>) {
-    encode_flagged(segment_id, kind, false, key, value, lsn, out)
+    encode_flagged(segment_id, kind, Flags::default(), key, value, lsn, out)
 }
 
-/// [`encode`] with the persisted flag as given.
+/// [`encode`] with the flags as given.
 #[cfg(test)]
 pub fn encode_flagged(
     segment_id: u64,
     kind: Kind,
-    persisted: bool,
+    flags: Flags,
     key: &[u8],
     value: &[u8],
     lsn: u64,
@@ -336,7 +374,7 @@ pub fn encode_flagged(
     out.extend_from_slice(&encode_header_with(
         segment_id,
         kind,
-        persisted,
+        flags,
         key.len(),
         value.len(),
         lsn,
@@ -377,19 +415,33 @@ mod tests {
     }
 
     #[test]
-    fn the_persisted_flag_round_trips_beside_every_kind() {
+    fn the_flags_round_trip_beside_every_kind() {
         for (kind, value) in [
             (Kind::Put, &b"v"[..]),
             (Kind::Tombstone, &b""[..]),
             (Kind::EventRemove, &b""[..]),
             (Kind::EventMark, &[EVENT_MARK_KEPT][..]),
         ] {
-            for persisted in [false, true] {
+            for (persisted, synced_before) in
+                [(false, false), (true, false), (false, true), (true, true)]
+            {
                 let mut buf = Vec::new();
-                encode_flagged(3, kind, persisted, b"k", value, 9, &mut buf);
+                let flags = Flags {
+                    persisted,
+                    synced_before,
+                };
+                encode_flagged(3, kind, flags, b"k", value, 9, &mut buf);
                 let (h, _, v) = decode(3, &buf).unwrap();
-                assert_eq!((h.kind, h.persisted, v), (kind, persisted, value));
+                assert_eq!(
+                    (h.kind, h.persisted, h.synced_before, v),
+                    (kind, persisted, synced_before, value)
+                );
                 assert_eq!(buf[7] & PERSISTED_FLAG != 0, persisted, "in the kind byte");
+                assert_eq!(
+                    buf[7] & SYNCED_BEFORE_FLAG != 0,
+                    synced_before,
+                    "in the kind byte"
+                );
             }
         }
     }

@@ -444,6 +444,12 @@ impl Segment {
         }
     }
 
+    /// True if every byte before `offset` is known durable (a persist covering them has
+    /// returned): a record written at `offset` now carries `record::SYNCED_BEFORE_FLAG`.
+    pub fn synced_before(&self, offset: usize) -> bool {
+        self.synced_hint.load(Ordering::Acquire) >= offset
+    }
+
     /// True if everything published is persisted.
     pub fn is_synced(&self) -> bool {
         self.synced_hint.load(Ordering::Acquire) >= self.end.load(Ordering::Acquire)

@@ -145,8 +145,12 @@ pub fn verify_dir(dir: &Path) -> Result<VerifyReport> {
                 .read_file(&crate::summary::file_name(slot))?
                 .and_then(|b| crate::summary::decode(header.id, &b))
                 .is_some();
-            let rebooted = !summarised && header.boot != 0 && now != 0 && header.boot != now;
-            let scan = recovery::scan(header.id, bytes, true, rebooted).unwrap_or_default();
+            let gaps = if summarised {
+                recovery::Gaps::Damage
+            } else {
+                recovery::Gaps::for_segment(header.boot, now, meta.format_version)
+            };
+            let scan = recovery::scan(header.id, bytes, true, gaps).unwrap_or_default();
             report.records_checked += scan.entries.len() as u64;
             report.bytes_checked += (scan.end - segment::SEGMENT_HEADER_LEN) as u64;
             for r in scan.damaged {

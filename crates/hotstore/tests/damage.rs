@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used, reason = "test code: a panic is how a test fails")]
 
 use hotstore::testing::{
-    scan, FaultMedium, Medium, RecordKind, SegmentHeader, SummaryEntry as Entry,
+    scan, FaultMedium, Gaps, Medium, RecordKind, SegmentHeader, SummaryEntry as Entry,
     RECORD_HEADER_LEN as HEADER_LEN,
 };
 use hotstore::{Durability, Error, FragmentKey, RecoveryMode, Store};
@@ -86,7 +86,7 @@ fn tail(m: &FaultMedium) -> Tail {
         if h.id == 0 || best.as_ref().is_some_and(|b| b.id > h.id) {
             continue;
         }
-        let s = scan(h.id, &bytes, false, false).expect("undamaged segment scans");
+        let s = scan(h.id, &bytes, false, Gaps::Damage).expect("undamaged segment scans");
         if s.entries.is_empty() {
             continue;
         }
@@ -566,7 +566,7 @@ fn salvaged_records_survive_a_clean_close_and_a_power_cut() {
         .find_map(|n| {
             let b = image(&killed, &n);
             let h = SegmentHeader::decode(&b).ok().filter(|h| h.id != 0)?;
-            let e = scan(h.id, &b, false, false).ok()?.entries;
+            let e = scan(h.id, &b, false, Gaps::Damage).ok()?.entries;
             (!e.is_empty()).then_some((n, e))
         })
         .unwrap();
@@ -614,12 +614,12 @@ fn salvage_of_a_grown_segment_keeps_its_tombstones_and_overwrites() {
         .filter_map(|n| {
             let b = image(&m, &n);
             let h = SegmentHeader::decode(&b).ok().filter(|h| h.id != 0)?;
-            (!scan(h.id, &b, false, false).ok()?.entries.is_empty()).then_some((n, h.id))
+            (!scan(h.id, &b, false, Gaps::Damage).ok()?.entries.is_empty()).then_some((n, h.id))
         })
         .max_by_key(|(_, id)| *id)
         .unwrap();
     let bytes = image(&m, &name);
-    let e = scan(id, &bytes, false, false).unwrap().entries;
+    let e = scan(id, &bytes, false, Gaps::Damage).unwrap().entries;
     assert!(e.iter().any(|e| &*e.key == b"K") && e.iter().any(|e| &*e.key == b"J"));
     // The file grown by a page behind the store's back.
     m.remove(&name).unwrap();

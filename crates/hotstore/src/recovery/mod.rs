@@ -71,9 +71,13 @@ pub struct UnsyncedTail {
     pub file: PathBuf,
     /// Offset of the cut (the first invalid record).
     pub offset: u64,
-    /// Intact records past the gap that were dropped with it (none acknowledged as
-    /// `Persisted`).
+    /// Intact records past the gap that were dropped with it.
     pub records: u64,
+    /// How many of them were written as `Persisted` (or by a writer that acknowledges after
+    /// a flush): their sync had not returned when the power went, so none was acknowledged,
+    /// unless the device damaged bytes it had already made durable and nothing written
+    /// later proved it (a store idle since its last sync). Their bytes are in `saved_to`.
+    pub flagged: u64,
     /// The file holding the cut bytes, from the gap to the end of the last dropped record,
     /// as they were: nothing is destroyed, should the cut be wrong (damage on a device that
     /// also lost power). Named `seg-NNNNNN-<segment id>.cut`, beside the segment.
@@ -111,12 +115,43 @@ pub struct Cut {
     pub end: usize,
     /// Their highest lsn.
     pub max_lsn: u64,
+    /// How many of them carry the persisted flag (see [`UnsyncedTail::flagged`]).
+    pub flagged: u64,
 }
 
-/// The intact records from `from` to the end of a segment (gaps stepped over): how many,
-/// their highest lsn, and whether one of them was acknowledged as `Persisted`.
-fn records_after(segment_id: u64, bytes: &[u8], from: usize) -> (Cut, bool) {
-    let (mut cut, mut persisted) = (Cut::default(), false);
+/// What a gap followed by intact records can be, in a segment recovery scans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gaps {
+    /// Damage, always: the segment was written in this boot (the page cache that held its
+    /// unsynced bytes survived whole), or its boot is unknown, or the scan salvages.
+    Damage,
+    /// After a reboot, in a store of format 2: an unsynced tail if no record after it is
+    /// flagged `Persisted` (such a record was taken to prove the gap durable).
+    TailIfUnflagged,
+    /// After a reboot, in a store of format 3: an unsynced tail unless a record after it was
+    /// written after a sync that covered it (`record::SYNCED_BEFORE_FLAG`).
+    TailIfUnproven,
+}
+
+impl Gaps {
+    /// The rule for a segment started in boot `segment_boot`, read in boot `current` (0:
+    /// unknown) by an open of a store of format `format` (as found, before this open marks
+    /// it with the current format).
+    pub fn for_segment(segment_boot: u64, current: u64, format: u32) -> Self {
+        if segment_boot == 0 || current == 0 || segment_boot == current {
+            Gaps::Damage
+        } else if format >= 3 {
+            Gaps::TailIfUnproven
+        } else {
+            Gaps::TailIfUnflagged
+        }
+    }
+}
+
+/// The intact records from `from` to the end of a segment (gaps stepped over), with the
+/// flags found among them.
+fn records_after(segment_id: u64, bytes: &[u8], from: usize) -> (Cut, record::Flags) {
+    let (mut cut, mut any) = (Cut::default(), record::Flags::default());
     let mut off = Some(from);
     while let Some(at) = off.filter(|&at| at + HEADER_LEN <= bytes.len()) {
         match record::decode(segment_id, &bytes[at..]) {
@@ -124,13 +159,15 @@ fn records_after(segment_id: u64, bytes: &[u8], from: usize) -> (Cut, bool) {
                 cut.headers.push(at);
                 cut.max_lsn = cut.max_lsn.max(h.lsn);
                 cut.end = at + h.record_len();
-                persisted |= h.persisted;
+                cut.flagged += h.persisted as u64;
+                any.persisted |= h.persisted;
+                any.synced_before |= h.synced_before;
                 off = Some(at + h.footprint());
             }
             Err(_) => off = next_valid(segment_id, bytes, at + RECORD_ALIGN),
         }
     }
-    (cut, persisted)
+    (cut, any)
 }
 
 fn next_valid(segment_id: u64, bytes: &[u8], from: usize) -> Option<usize> {
@@ -170,19 +207,24 @@ fn erase(region: &dyn crate::medium::Region, cut: &Cut) -> Result<()> {
 /// Scans the records of segment `segment_id` in `bytes` (the whole file). Without
 /// `keep_going`, the first damage returns `Err(offset)`.
 ///
-/// Damage is an invalid record with an intact one further on. With `rebooted` (the segment
-/// was started in an earlier boot of the machine), a gap whose intact records after it are
-/// all unflagged is not damage but an unsynced tail, written back out of order before a power
-/// cut: nothing there was promised past one (a `Persisted` record is flagged, and everything
-/// before it was durable before it was acknowledged). It is cut like a torn tail, and the
-/// dropped records are counted in `cut_after_reboot`. A flagged record after a gap is
-/// damage in what was promised, as is any gap within the boot that wrote it (the page cache
-/// survives a process crash whole).
+/// Damage is an invalid record with an intact one further on, except after a reboot (the
+/// segment was started in an earlier boot of the machine; `gaps` says which rule), where a
+/// gap can be an unsynced tail written back out of order before a power cut. Nothing past
+/// such a gap was acknowledged as durable: acknowledging a record waits for a sync of every
+/// byte before it, the gap's included. So a gap is damage only if something proves it was
+/// durable once: a record after it written after a sync that covered it (format 3:
+/// `SYNCED_BEFORE_FLAG`; a damaged record's own flag proves nothing about itself). A gap
+/// without that proof is cut like a torn tail, and the dropped records are counted in
+/// `cut_after_reboot`, flagged ones too (written as `Persisted`, their sync never returned).
+/// Before format 3, a flagged record after the gap, or in it, counted as the proof; it refused
+/// every store whose power cut came during the sync of flagged page-cache records (a server
+/// acknowledging after its group commit: most cuts). Within the boot that wrote the segment
+/// every gap is damage (the page cache survives a process crash whole).
 pub fn scan(
     segment_id: u64,
     bytes: &[u8],
     keep_going: bool,
-    rebooted: bool,
+    gaps: Gaps,
 ) -> std::result::Result<Scan, (usize, String)> {
     let mut out = Scan {
         end: SEGMENT_HEADER_LEN,
@@ -219,16 +261,25 @@ pub fn scan(
                         break;
                     }
                     Some(next) => {
-                        // The damaged record's own header may still say it was promised.
-                        let promised =
-                            record::parse_header(&bytes[off..]).is_ok_and(|h| h.persisted);
-                        if rebooted && !promised {
-                            let (cut, persisted) = records_after(segment_id, bytes, next);
-                            if !persisted {
-                                out.torn_at = Some(off);
-                                out.cut_after_reboot = Some(cut);
-                                break;
+                        let tail = match gaps {
+                            Gaps::Damage => None,
+                            Gaps::TailIfUnflagged => {
+                                // The damaged record's own header may still say it was
+                                // promised.
+                                let promised =
+                                    record::parse_header(&bytes[off..]).is_ok_and(|h| h.persisted);
+                                let (cut, any) = records_after(segment_id, bytes, next);
+                                (!promised && !any.persisted).then_some(cut)
                             }
+                            Gaps::TailIfUnproven => {
+                                let (cut, any) = records_after(segment_id, bytes, next);
+                                (!any.synced_before).then_some(cut)
+                            }
+                        };
+                        if let Some(cut) = tail {
+                            out.torn_at = Some(off);
+                            out.cut_after_reboot = Some(cut);
+                            break;
                         }
                         if !keep_going {
                             return Err((off, format!("invalid record ({why:?}) with an intact record at offset {next}")));
@@ -348,7 +399,7 @@ fn damaged_header(
         candidates.extend(id_at(&sum));
     }
     for id in candidates.into_iter().filter(|&id| id != 0) {
-        if scan(id, bytes, true, false).is_ok_and(|s| !s.entries.is_empty()) {
+        if scan(id, bytes, true, Gaps::Damage).is_ok_and(|s| !s.entries.is_empty()) {
             return Ok(Some(SegmentHeader {
                 tier: tier.index as u16,
                 id,
@@ -400,6 +451,7 @@ pub fn recover<E: Send + Sync>(
     index: &Index<E>,
     mode: RecoveryMode,
     files: &FileList,
+    found_format: u32,
 ) -> Result<Recovered> {
     let started = Instant::now();
     let mut report = RecoveryReport::default();
@@ -582,17 +634,19 @@ pub fn recover<E: Send + Sync>(
                 None => {
                     report.segments_scanned += 1;
                     // Salvage keeps every intact record, past an unsynced tail's gap too.
-                    let current = tier.medium.boot_id();
-                    let rebooted = mode == RecoveryMode::Strict
-                        && header.boot != 0
-                        && current != 0
-                        && header.boot != current;
-                    let s = scan(header.id, bytes, mode == RecoveryMode::Salvage, rebooted)
-                        .map_err(|(offset, reason)| Error::Corruption {
+                    let gaps = match mode {
+                        RecoveryMode::Strict => {
+                            Gaps::for_segment(header.boot, tier.medium.boot_id(), found_format)
+                        }
+                        RecoveryMode::Salvage => Gaps::Damage,
+                    };
+                    let s = scan(header.id, bytes, mode == RecoveryMode::Salvage, gaps).map_err(
+                        |(offset, reason)| Error::Corruption {
                             file: path.clone(),
                             offset: offset as u64,
                             reason,
-                        })?;
+                        },
+                    )?;
                     if let Some(at) = s.torn_at {
                         report.torn_tails.push((path.clone(), at as u64));
                     }
@@ -605,6 +659,7 @@ pub fn recover<E: Send + Sync>(
                             file: path.clone(),
                             offset: at as u64,
                             records: cut.headers.len() as u64,
+                            flagged: cut.flagged,
                             saved_to: tier.medium.path().join(name),
                         });
                         max_lsn = max_lsn.max(cut.max_lsn);
@@ -734,25 +789,30 @@ pub fn recover<E: Send + Sync>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::encode_flagged;
+    use crate::record::{encode_flagged, Flags};
 
-    /// A segment image: header page, then records (`persisted` flags), the `gap`-th one's
-    /// header zeroed as an unwritten page would leave it.
-    fn segment(flags: &[bool], gap: usize) -> (Vec<u8>, Vec<usize>) {
+    const P: Flags = Flags {
+        persisted: true,
+        synced_before: false,
+    };
+    const S: Flags = Flags {
+        persisted: false,
+        synced_before: true,
+    };
+    const N: Flags = Flags {
+        persisted: false,
+        synced_before: false,
+    };
+
+    /// A segment image: header page, then records with `flags`, the `gap`-th one's header
+    /// zeroed as an unwritten page would leave it.
+    fn segment(flags: &[Flags], gap: usize) -> (Vec<u8>, Vec<usize>) {
         let mut b = vec![0u8; SEGMENT_HEADER_LEN];
         let mut offsets = Vec::new();
-        for (i, &persisted) in flags.iter().enumerate() {
+        for (i, &f) in flags.iter().enumerate() {
             offsets.push(b.len());
             let key = [b'k', i as u8];
-            encode_flagged(
-                5,
-                Kind::Put,
-                persisted,
-                &key,
-                &[i as u8; 40],
-                10 + i as u64,
-                &mut b,
-            );
+            encode_flagged(5, Kind::Put, f, &key, &[i as u8; 40], 10 + i as u64, &mut b);
         }
         b[offsets[gap]..offsets[gap] + HEADER_LEN].fill(0);
         b.resize(b.len() + 4096, 0);
@@ -761,26 +821,68 @@ mod tests {
 
     #[test]
     fn after_a_reboot_a_gap_before_unflagged_records_is_an_unsynced_tail() {
-        let (b, at) = segment(&[true, false, false, false], 1);
-        let s = scan(5, &b, false, true).expect("cut, not refused");
-        assert_eq!((s.entries.len(), s.end, s.torn_at), (1, at[1], Some(at[1])));
-        let cut = s.cut_after_reboot.expect("a cut");
-        assert_eq!((cut.headers, cut.max_lsn), (vec![at[2], at[3]], 13));
+        for gaps in [Gaps::TailIfUnflagged, Gaps::TailIfUnproven] {
+            let (b, at) = segment(&[P, N, N, N], 1);
+            let s = scan(5, &b, false, gaps).expect("cut, not refused");
+            assert_eq!((s.entries.len(), s.end, s.torn_at), (1, at[1], Some(at[1])));
+            let cut = s.cut_after_reboot.expect("a cut");
+            assert_eq!(
+                (cut.headers, cut.max_lsn, cut.flagged),
+                (vec![at[2], at[3]], 13, 0)
+            );
+        }
     }
 
     #[test]
-    fn a_flagged_record_after_the_gap_makes_it_damage_even_after_a_reboot() {
-        let (b, at) = segment(&[false, false, false, true], 1);
-        let (off, _) = scan(5, &b, false, true).expect_err("refused");
+    fn before_format_3_a_flagged_record_after_the_gap_makes_it_damage() {
+        let (b, at) = segment(&[N, N, N, P], 1);
+        let (off, _) = scan(5, &b, false, Gaps::TailIfUnflagged).expect_err("refused");
         assert_eq!(off, at[1]);
-        let s = scan(5, &b, true, true).expect("salvage steps over it");
+        let s = scan(5, &b, true, Gaps::TailIfUnflagged).expect("salvage steps over it");
         assert_eq!((s.entries.len(), s.damaged.len()), (3, 1));
         assert!(s.cut_after_reboot.is_none());
     }
 
     #[test]
+    fn from_format_3_a_flagged_record_after_the_gap_is_cut_with_it_and_counted() {
+        // A power cut during the sync of flagged page-cache records (a server's group
+        // commit): written back out of order, none acknowledged.
+        let (b, at) = segment(&[S, N, P, P], 1);
+        let s = scan(5, &b, false, Gaps::TailIfUnproven).expect("cut, not refused");
+        let cut = s.cut_after_reboot.expect("a cut");
+        assert_eq!(
+            (s.torn_at, cut.headers, cut.flagged),
+            (Some(at[1]), vec![at[2], at[3]], 2)
+        );
+    }
+
+    #[test]
+    fn a_record_written_after_a_sync_past_the_gap_makes_it_damage() {
+        // The gap was durable before the third record was written: only damage explains it.
+        for flags in [[N, N, S, N], [N, N, N, S]] {
+            let (b, at) = segment(&flags, 1);
+            let (off, _) = scan(5, &b, false, Gaps::TailIfUnproven).expect_err("refused");
+            assert_eq!(off, at[1]);
+        }
+        // The damaged record's own flag says only that the bytes before it were durable
+        // (its header intact, a byte of its value lost; the last record is unwritten).
+        let (mut b, at) = segment(&[N, S, N, N, N], 4);
+        b[at[1] + HEADER_LEN + 10] ^= 1;
+        let s = scan(5, &b, false, Gaps::TailIfUnproven).expect("cut");
+        assert_eq!(s.torn_at, Some(at[1]));
+    }
+
+    #[test]
     fn in_the_boot_that_wrote_it_any_gap_is_damage() {
-        let (b, at) = segment(&[false, false, false], 1);
-        assert_eq!(scan(5, &b, false, false).expect_err("refused").0, at[1]);
+        let (b, at) = segment(&[N, N, N], 1);
+        assert_eq!(
+            scan(5, &b, false, Gaps::Damage).expect_err("refused").0,
+            at[1]
+        );
+        assert_eq!(Gaps::for_segment(7, 7, 3), Gaps::Damage);
+        assert_eq!(Gaps::for_segment(0, 7, 3), Gaps::Damage, "boot unknown");
+        assert_eq!(Gaps::for_segment(7, 0, 3), Gaps::Damage, "boot unknown");
+        assert_eq!(Gaps::for_segment(6, 7, 2), Gaps::TailIfUnflagged);
+        assert_eq!(Gaps::for_segment(6, 7, 3), Gaps::TailIfUnproven);
     }
 }

@@ -35,6 +35,8 @@ impl Store {
         };
         let lock = root.lock()?;
         let mut upgraded = false;
+        // The format the store had before this open (recovery reads its segments by it).
+        let mut found_format = FORMAT_VERSION;
         let meta = match Meta::load(&*root)? {
             Some(meta) => {
                 let stored = KeyLayout::parse(&meta.layout)?;
@@ -71,11 +73,12 @@ impl Store {
                     check_capacity(&meta.tiers, meta.segment_size_bytes)?;
                     meta.store(&*root)?;
                 }
-                // Format 1 stores become format 2 once recovery has accepted them (stored
-                // below), before this build writes a record with the persisted flag, which a
-                // format-1 build would take for damage (or cut as a torn tail): such a build
-                // then refuses the store by its version instead. An open that refuses the
-                // store leaves it format 1.
+                // Older stores take the current format once recovery has accepted them
+                // (stored below), before this build writes a record with a flag an older
+                // build would take for damage (or cut as a torn tail): such a build then
+                // refuses the store by its version instead. An open that refuses the store
+                // leaves its format as it was.
+                found_format = meta.format_version;
                 upgraded = meta.format_version < FORMAT_VERSION;
                 meta.format_version = FORMAT_VERSION;
                 meta
@@ -174,7 +177,7 @@ impl Store {
             ));
         }
         let index = Index::new(layout.key_len(), layout.event_prefix_len());
-        let recovered = recovery::recover(&tiers, &index, options.recovery, &files)?;
+        let recovered = recovery::recover(&tiers, &index, options.recovery, &files, found_format)?;
         if upgraded {
             files.store_now()?;
         }

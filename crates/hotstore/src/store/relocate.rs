@@ -353,11 +353,16 @@ impl Inner {
                     // As the original: the acknowledged-event set is persisted before this goes.
                     dst.holds_event_acks.store(true, Ordering::Release);
                 }
-                // A copy is unflagged: its original stays until the copy is durable.
+                // A copy is not flagged persisted: its original stays until the copy is
+                // durable.
+                let flags = record::Flags {
+                    persisted: false,
+                    synced_before: dst.synced_before(doff),
+                };
                 let header = record::encode_header_with(
                     dst.id,
                     h.kind,
-                    false,
+                    flags,
                     h.key_len,
                     h.value_len,
                     h.lsn,

@@ -138,7 +138,10 @@ impl Store {
                 Some(lsn) => record::encode_header_padded(
                     seg.id,
                     Kind::Put,
-                    persisted,
+                    record::Flags {
+                        persisted,
+                        synced_before: seg.synced_before(off),
+                    },
                     key.len(),
                     value_len,
                     lsn,
@@ -601,15 +604,13 @@ impl Inner {
         }
         let lsn = self.next_lsn.fetch_add(1, Ordering::Relaxed);
         newest_lsn.note(key, lsn);
-        let header = record::encode_header_with(
-            seg.id,
-            kind,
+        // Read before the header is written: a persist that returned before covers them.
+        let flags = record::Flags {
             persisted,
-            key.len(),
-            value_len,
-            lsn,
-            body_crc,
-        );
+            synced_before: seg.synced_before(off),
+        };
+        let header =
+            record::encode_header_with(seg.id, kind, flags, key.len(), value_len, lsn, body_crc);
         let rec_len = record::record_len(key.len(), value_len);
         if is_bulk(value_len) {
             // Through the medium like the value (pwrite on block tiers), so the header never
