@@ -121,10 +121,19 @@ struct VerifyArgs {
 /// prints one line per live key in byte order of the keys: `<key-hex> <len> <crc32c>` or, with
 /// `--json`, `{"key":"<hex>","len":N,"crc32c":N}` (crc32c is Castagnoli, as an unsigned
 /// decimal).
+///
+/// With `--cut FILE` it lists instead the intact records of a `.cut` file, where recovery
+/// keeps what it cut from a segment after a power cut (`inspect` names them), in file order:
+/// `<offset> <kind> <key-hex> <len> <crc32c> <lsn> <persisted|->`, or with `--json` one object
+/// per record with its value in hex, to put again by hand what was cut.
 #[derive(Args)]
 struct DumpArgs {
     /// Store directory.
-    dir: PathBuf,
+    #[arg(required_unless_present = "cut")]
+    dir: Option<PathBuf>,
+    /// A `.cut` file to list instead of a store (read only; the store need not be closed).
+    #[arg(long, value_name = "FILE", conflicts_with = "dir")]
+    cut: Option<PathBuf>,
     /// One JSON object per line.
     #[arg(long)]
     json: bool,
@@ -177,7 +186,11 @@ fn run(cli: Cli) -> CliResult<ExitCode> {
     match cli.command {
         Command::Inspect(a) => inspect::run(&a.dir, a.json, a.salvage)?,
         Command::Verify(a) => return verify::run(&a.dir, a.json),
-        Command::Dump(a) => dump::run(&a.dir, a.json)?,
+        Command::Dump(a) => match (&a.cut, &a.dir) {
+            (Some(cut), _) => dump::run_cut(cut, a.json)?,
+            (None, Some(dir)) => dump::run(dir, a.json)?,
+            (None, None) => unreachable!("clap requires the store directory without --cut"),
+        },
         Command::Compact(a) => compact::run(&a.dir, a.json)?,
         Command::Stress(a) => stress::run(a)?,
         Command::Serve(a) => serve::run(a)?,

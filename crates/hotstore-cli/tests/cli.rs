@@ -246,6 +246,32 @@ fn inspect_cuts_an_unsynced_tail_left_by_a_reboot() {
     let keys = stdout(&o);
     assert!(keys.contains(&hex(b"k0")), "{keys}");
     assert!(!keys.contains(&hex(b"k3")), "{keys}");
+
+    // What the cut took is listed from its file, values included, to put again by hand.
+    let cut = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "cut"))
+        .expect("a .cut file");
+    let o = hotstore(&["dump", "--cut", p(&cut)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    assert_eq!(text.lines().count(), 2, "k2 and k3: {text}");
+    assert!(
+        text.lines()
+            .all(|l| l.contains(" put ") && l.ends_with(" persisted")),
+        "{text}"
+    );
+    let o = hotstore(&["dump", "--cut", p(&cut), "--json"]);
+    let rows: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows[1]["key"], hex(b"k3"));
+    assert_eq!(rows[1]["value"], hex(&[3; 100]));
+    let o = hotstore(&["dump", "--cut", p(&data_segment(tmp.path()))]);
+    assert_ne!(code(&o), 0);
+    assert!(stderr(&o).contains("is not a cut file"), "{}", stderr(&o));
 }
 
 #[test]

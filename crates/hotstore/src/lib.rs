@@ -57,8 +57,9 @@ pub use options::{
     Durability, PageCache, RecoveryMode, StoreOptions, TierSpec, WriteOptions,
     DIRECT_IO_MIN_VALUE_BYTES, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE, OFFLOAD_HIGH_WATER,
 };
+pub use record::Kind as RecordKind;
 pub use record::MAX_VALUE_LEN;
-pub use recovery::{RecoveryReport, UnsyncedTail};
+pub use recovery::{read_cut_file, CutRecord, RecoveryReport, UnsyncedTail};
 pub use stats::{Relocation, Stats, TierStats, Wait, Waits};
 pub use store::{CommitFailed, Reservation, Store, ValueRef, MAX_VALUE_PARTS, SHORT_OF_ROOM_FOR};
 pub use verify::{verify_dir, Damage, VerifyReport};

@@ -9,6 +9,9 @@
 //! every segment is read, then dropped).
 
 mod bulk;
+mod cut_file;
+
+pub use cut_file::{cut_file_name, read_cut_file, CutRecord};
 
 use crate::error::{Error, Result};
 use crate::files::{FileList, Listed};
@@ -82,11 +85,6 @@ pub struct UnsyncedTail {
     /// as they were: nothing is destroyed, should the cut be wrong (damage on a device that
     /// also lost power). Named `seg-NNNNNN-<segment id>.cut`, beside the segment.
     pub saved_to: PathBuf,
-}
-
-/// Name of the file keeping the bytes an unsynced tail cut dropped.
-pub fn cut_file_name(slot: u32, segment_id: u64) -> String {
-    format!("seg-{slot:06}-{segment_id}.cut")
 }
 
 /// Result of scanning one segment's records.
