@@ -79,7 +79,7 @@ pub use verify::{verify_dir, Damage, VerifyReport};
 #[doc(hidden)]
 pub mod testing {
     pub use crate::index::{Index, IndexKey, Loc};
-    pub use crate::medium::{FaultConfig, FaultMedium, Medium, Region};
+    pub use crate::medium::{Domain, FaultConfig, FaultMedium, Medium, Region};
     pub use crate::record::{Kind as RecordKind, HEADER_LEN as RECORD_HEADER_LEN};
     pub use crate::recovery::{scan, Gaps, Scan};
     pub use crate::segment::{Segment, SegmentHeader, SEGMENT_HEADER_LEN};

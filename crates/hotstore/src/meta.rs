@@ -1,7 +1,7 @@
 //! The store's metadata file `hotstore.meta`: JSON, replaced atomically.
 //!
 //! ```json
-//! {"format_version":3,"layout":"run:u32,event:u64|detector:u16,component:u16",
+//! {"format_version":4,"layout":"run:u32,event:u64|detector:u16,component:u16",
 //!  "segment_size_bytes":67108864,"created_unix_ms":1763770000000,
 //!  "tiers":[{"path":".","domain":"volatile","capacity_bytes":0,
 //!            "files":[{"first_slot":0,"count":12,"len_bytes":67108864}]}]}
@@ -22,9 +22,11 @@ pub const META_FILE: &str = "hotstore.meta";
 /// 2: record headers may carry the persisted flag (`record::PERSISTED_FLAG`) and segment
 /// headers the boot they were started in. 3: record headers may carry the synced-before flag
 /// (`record::SYNCED_BEFORE_FLAG`), and a gap after a reboot is cut unless a record with it
-/// follows (`recovery::Gaps`). An older store takes the current format at its first open, once
-/// recovery has accepted it.
-pub const FORMAT_VERSION: u32 = 3;
+/// follows (`recovery::Gaps`). 4: record headers may carry the synced-to-previous flag
+/// (`record::SYNCED_TO_PREVIOUS_FLAG`), which a build of format 3 would take for an unknown
+/// record kind. An older store takes the current format at its first open, once recovery has
+/// accepted it.
+pub const FORMAT_VERSION: u32 = 4;
 
 /// A tier as recorded in the metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,7 +8,9 @@
 //!  7     1    kind       1 = put, 2 = tombstone, 3 = event removal, 4 = event mark; bit 7
 //!                         (`PERSISTED_FLAG`, store format 2): acknowledged as `Persisted`;
 //!                         bit 6 (`SYNCED_BEFORE_FLAG`, format 3): every byte before the
-//!                         record in its segment was durable when it was written
+//!                         record in its segment was durable when it was written; bit 5
+//!                         (`SYNCED_TO_PREVIOUS_FLAG`, format 4): every byte before the end of
+//!                         the segment's previous record with bit 6 or 5 was
 //!  8     2    key_len    1..=MAX_KEY_LEN
 //! 10     2    pad        bytes of zeros after the record (0..4096, a multiple of 8)
 //! 12     4    value_len  0 for tombstones
@@ -32,11 +34,15 @@
 //! Writers store key and value first and the header last, so a record interrupted by a crash
 //! has no valid header.
 //! The persisted flag says the writer acknowledged the record only once it and every byte
-//! before it in its segment were durable. The synced-before flag says the bytes before the
-//! record were durable before it was written. After a power cut, recovery uses them to tell
-//! the unsynced tail of a segment from damage to what was durable (see `recovery::scan`): a
-//! synced-before record past a gap proves the gap was durable once (format 3); before format
-//! 3, a flagged record past a gap was taken for that proof.
+//! before it in its segment were durable. The two sync flags say what was durable when the
+//! record was written: everything before it (synced-before: the writer was idle through a
+//! sync), or everything before the previous record given a sync flag (synced-to-previous: a
+//! sync covering that record returned while writes went on past it, the steady state of a
+//! busy segment). After a power cut, recovery uses them to tell the unsynced tail of a
+//! segment from damage to what was durable (see `recovery::scan`): past a gap, one
+//! synced-before record, or a synced-to-previous record after another flagged one, proves the
+//! gap was durable once. Before format 3, a persisted record past a gap was taken for that
+//! proof.
 
 use crate::key::MAX_KEY_LEN;
 
@@ -57,6 +63,13 @@ pub const PERSISTED_FLAG: u8 = 0x80;
 /// Bit of the kind byte set on a record written when every byte before it in its segment was
 /// already durable (store format 3): written after a sync that covered them.
 pub const SYNCED_BEFORE_FLAG: u8 = 0x40;
+/// Bit of the kind byte set on a record written when every byte before the end of the
+/// previous record of its segment with a sync flag (this or [`SYNCED_BEFORE_FLAG`]) was
+/// durable, but not every byte before the record itself (store format 4): a sync covering
+/// that record returned while later records were being written.
+pub const SYNCED_TO_PREVIOUS_FLAG: u8 = 0x20;
+/// Every flag bit of the kind byte.
+const FLAG_BITS: u8 = PERSISTED_FLAG | SYNCED_BEFORE_FLAG | SYNCED_TO_PREVIOUS_FLAG;
 
 /// The flags a record header carries in its kind byte.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -65,6 +78,8 @@ pub struct Flags {
     pub persisted: bool,
     /// [`SYNCED_BEFORE_FLAG`].
     pub synced_before: bool,
+    /// [`SYNCED_TO_PREVIOUS_FLAG`].
+    pub synced_to_previous: bool,
 }
 
 impl Flags {
@@ -75,12 +90,23 @@ impl Flags {
             } else {
                 0
             }
+            | if self.synced_to_previous {
+                SYNCED_TO_PREVIOUS_FLAG
+            } else {
+                0
+            }
+    }
+
+    /// True if the record carries either sync flag.
+    pub fn any_sync(self) -> bool {
+        self.synced_before || self.synced_to_previous
     }
 
     fn from_bits(b: u8) -> Self {
         Flags {
             persisted: b & PERSISTED_FLAG != 0,
             synced_before: b & SYNCED_BEFORE_FLAG != 0,
+            synced_to_previous: b & SYNCED_TO_PREVIOUS_FLAG != 0,
         }
     }
 }
@@ -156,6 +182,9 @@ pub struct Header {
     /// Every byte before it in the segment was durable when it was written
     /// ([`SYNCED_BEFORE_FLAG`]).
     pub synced_before: bool,
+    /// Every byte before the end of the segment's previous record with a sync flag was
+    /// durable when it was written ([`SYNCED_TO_PREVIOUS_FLAG`]).
+    pub synced_to_previous: bool,
 }
 
 impl Header {
@@ -290,7 +319,7 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, Invalid> {
     if h[6] != RECORD_VERSION {
         return Err(Invalid::BadHeader("unknown record version"));
     }
-    let Some(kind) = Kind::from_u8(h[7] & !(PERSISTED_FLAG | SYNCED_BEFORE_FLAG)) else {
+    let Some(kind) = Kind::from_u8(h[7] & !FLAG_BITS) else {
         return Err(Invalid::BadHeader("unknown record kind"));
     };
     let key_len = u16::from_le_bytes([h[8], h[9]]) as usize;
@@ -315,6 +344,7 @@ pub fn parse_header(buf: &[u8]) -> Result<Header, Invalid> {
         pad,
         persisted: flags.persisted,
         synced_before: flags.synced_before,
+        synced_to_previous: flags.synced_to_previous,
     };
     // Only the record is checked, not its pad: readers take exactly `record_len` bytes;
     // walkers check the footprint against the segment's end.
@@ -422,26 +452,33 @@ mod tests {
             (Kind::EventRemove, &b""[..]),
             (Kind::EventMark, &[EVENT_MARK_KEPT][..]),
         ] {
-            for (persisted, synced_before) in
-                [(false, false), (true, false), (false, true), (true, true)]
-            {
-                let mut buf = Vec::new();
+            for bits in 0..8u8 {
                 let flags = Flags {
-                    persisted,
-                    synced_before,
+                    persisted: bits & 1 != 0,
+                    synced_before: bits & 2 != 0,
+                    synced_to_previous: bits & 4 != 0,
                 };
+                let mut buf = Vec::new();
                 encode_flagged(3, kind, flags, b"k", value, 9, &mut buf);
                 let (h, _, v) = decode(3, &buf).unwrap();
                 assert_eq!(
-                    (h.kind, h.persisted, h.synced_before, v),
-                    (kind, persisted, synced_before, value)
+                    (
+                        h.kind,
+                        h.persisted,
+                        h.synced_before,
+                        h.synced_to_previous,
+                        v
+                    ),
+                    (
+                        kind,
+                        flags.persisted,
+                        flags.synced_before,
+                        flags.synced_to_previous,
+                        value
+                    )
                 );
-                assert_eq!(buf[7] & PERSISTED_FLAG != 0, persisted, "in the kind byte");
-                assert_eq!(
-                    buf[7] & SYNCED_BEFORE_FLAG != 0,
-                    synced_before,
-                    "in the kind byte"
-                );
+                assert_eq!(Flags::from_bits(buf[7]), flags, "in the kind byte");
+                assert_eq!(buf[7] & !FLAG_BITS, kind as u8, "beside the kind");
             }
         }
     }

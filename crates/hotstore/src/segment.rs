@@ -24,7 +24,7 @@
 //! seeded with it, so records of an earlier use never validate.
 
 use crate::medium::Region;
-use crate::record::HEADER_LEN;
+use crate::record::{self, HEADER_LEN};
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -145,6 +145,11 @@ pub struct Segment {
     /// lowering, both under its lock), for [`Segment::is_synced`] without the lock: a group
     /// commit asks every segment of the store.
     synced_hint: AtomicUsize,
+    /// End of the last record given a sync flag (see [`Segment::sync_flags`]); for a segment
+    /// found at open, the end of its records.
+    proof_floor: AtomicUsize,
+    /// On a volatile tier, whose persist is a no-op: no record claims a sync.
+    volatile: bool,
     /// No more appends; eligible for recycling once dead and unpinned.
     pub sealed: AtomicBool,
     /// Live (newest, not removed) records in this segment.
@@ -197,6 +202,7 @@ impl std::fmt::Debug for Segment {
 
 impl Segment {
     /// A segment over `region` whose header is already written; `end` is where records stop.
+    /// `volatile`: its tier's domain is volatile (nothing ever becomes durable).
     pub fn new(
         id: u64,
         tier: usize,
@@ -204,6 +210,7 @@ impl Segment {
         region: Arc<dyn Region>,
         end: usize,
         synced: usize,
+        volatile: bool,
     ) -> Self {
         Segment {
             id,
@@ -213,6 +220,8 @@ impl Segment {
             end: AtomicUsize::new(end),
             synced_upto: Mutex::new(synced),
             synced_hint: AtomicUsize::new(synced),
+            proof_floor: AtomicUsize::new(end),
+            volatile,
             sealed: AtomicBool::new(false),
             live_records: AtomicU64::new(0),
             live_bytes: AtomicU64::new(0),
@@ -444,10 +453,30 @@ impl Segment {
         }
     }
 
-    /// True if every byte before `offset` is known durable (a persist covering them has
-    /// returned): a record written at `offset` now carries `record::SYNCED_BEFORE_FLAG`.
-    pub fn synced_before(&self, offset: usize) -> bool {
-        self.synced_hint.load(Ordering::Acquire) >= offset
+    /// The flags of the record to be written at `[offset, end)`, with `persisted` as given and
+    /// the sync flags this segment can claim for it (see `record::Flags`): synced-before if a
+    /// persist covering every byte before `offset` has returned; else synced-to-previous if
+    /// one covering the previous record with a sync flag has (every writer keeps appending
+    /// through a sync: the steady state of a busy segment, where no record is ever written
+    /// after a sync that covered its own offset). Called by the holder of the segment's lane
+    /// before the header is written, so in offset order: `proof_floor` is the end of the
+    /// previous flagged record, as recovery reads it back.
+    pub fn sync_flags(&self, offset: usize, end: usize, persisted: bool) -> record::Flags {
+        let synced = if self.volatile {
+            0
+        } else {
+            self.synced_hint.load(Ordering::Acquire)
+        };
+        let floor = self.proof_floor.load(Ordering::Acquire);
+        let flags = record::Flags {
+            persisted,
+            synced_before: synced >= offset,
+            synced_to_previous: synced < offset && synced >= floor,
+        };
+        if flags.any_sync() {
+            self.proof_floor.fetch_max(end, Ordering::AcqRel);
+        }
+        flags
     }
 
     /// True if everything published is persisted.
@@ -477,6 +506,70 @@ impl Segment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::medium::{FaultMedium, Medium};
+
+    fn segment(end: usize, synced: usize, volatile: bool) -> Segment {
+        let region = FaultMedium::new("seg")
+            .create_region("seg-1.hss", 1 << 16)
+            .unwrap();
+        Segment::new(1, 0, 0, region, end, synced, volatile)
+    }
+
+    /// (synced-before, synced-to-previous) of a record at `[off, end)`.
+    fn flags(s: &Segment, off: usize, end: usize) -> (bool, bool) {
+        let f = s.sync_flags(off, end, false);
+        (f.synced_before, f.synced_to_previous)
+    }
+
+    #[test]
+    fn each_record_claims_what_the_last_returned_sync_covered() {
+        let s = segment(SEGMENT_HEADER_LEN, 0, false);
+        assert_eq!(flags(&s, 4096, 4200), (false, false), "nothing synced yet");
+        s.end.store(4200, Ordering::Release);
+        s.persist_written().unwrap();
+        assert_eq!(flags(&s, 4200, 4300), (true, false), "written after a sync");
+        s.end.store(4300, Ordering::Release);
+        assert_eq!(
+            flags(&s, 4300, 4400),
+            (false, false),
+            "its sync not yet done"
+        );
+        s.end.store(4400, Ordering::Release);
+        // A sync covering up to 4400 runs while the record at 4400 is written.
+        assert_eq!(flags(&s, 4400, 4500), (false, false));
+        s.persist_written().unwrap();
+        s.end.store(4500, Ordering::Release);
+        assert_eq!(
+            flags(&s, 4500, 4600),
+            (false, true),
+            "the sync covered the previous flagged record (4200..4300), not 4400..4500"
+        );
+        s.end.store(4600, Ordering::Release);
+        assert_eq!(
+            flags(&s, 4600, 4700),
+            (false, false),
+            "its own claim pending"
+        );
+    }
+
+    #[test]
+    fn a_segment_found_at_open_claims_nothing_until_its_next_sync() {
+        // Its bytes may be in the page cache only (found after a kill -9): recovery resets the
+        // watermark, and a flag must wait for a sync covering every record found.
+        let s = segment(8192, 8192, false);
+        s.forget_synced();
+        assert_eq!(flags(&s, 8192, 8300), (false, false));
+        s.persist_written().unwrap();
+        assert_eq!(flags(&s, 8192, 8300), (true, false));
+    }
+
+    #[test]
+    fn a_volatile_segment_never_claims_a_sync() {
+        let s = segment(SEGMENT_HEADER_LEN, 0, true);
+        s.end.store(4200, Ordering::Release);
+        s.persist_written().unwrap();
+        assert_eq!(flags(&s, 4200, 4300), (false, false));
+    }
 
     #[test]
     fn header_round_trip_and_damage() {

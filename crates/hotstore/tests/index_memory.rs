@@ -40,7 +40,7 @@ fn bytes_per_entry(order: impl Iterator<Item = u64>, n: usize) -> f64 {
 fn bytes_per_key(keys: impl Iterator<Item = FragmentKey>, n: usize) -> f64 {
     let medium = FaultMedium::new("index-memory");
     let region = medium.create_region("seg", 1 << 16).unwrap();
-    let seg = Arc::new(Segment::new(1, 0, 0, region, 4096, 4096));
+    let seg = Arc::new(Segment::new(1, 0, 0, region, 4096, 4096, false));
     let index: Index = Index::new(16, 12);
     let before = ALLOCATED.load(Ordering::Relaxed);
     for key in keys {

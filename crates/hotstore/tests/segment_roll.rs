@@ -16,7 +16,7 @@ fn rolling_to_a_new_segment_does_not_persist() {
     let m = FaultMedium::new("roll");
     let region = m.create_region("seg", 1 << 20).unwrap();
     // As the write path makes one at a roll: end past the header, nothing synced.
-    let seg = Segment::new(9, 0, 0, region, SEGMENT_HEADER_LEN, 0);
+    let seg = Segment::new(9, 0, 0, region, SEGMENT_HEADER_LEN, 0, false);
     let before = m.faults().persist_calls.load(Ordering::SeqCst);
     seg.write_header(1, 0).unwrap();
     assert_eq!(

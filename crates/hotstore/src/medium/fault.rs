@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Faults to inject; change them at any time through [`FaultMedium::faults`].
@@ -37,6 +37,11 @@ pub struct FaultConfig {
     /// Bulk writes (`Region::write`) are paced to this many bytes per second across the whole
     /// medium, as a slow device would take them; 0 means unlimited.
     pub write_bytes_per_sec: AtomicU64,
+    /// While set, persist calls wait until it is cleared: a test holds a sync in flight
+    /// while it writes.
+    pub hold_persists: AtomicBool,
+    /// Persist calls waiting on [`FaultConfig::hold_persists`] now.
+    pub persists_held: AtomicU64,
     /// When the paced device is next free.
     write_clock: Mutex<Option<std::time::Instant>>,
 }
@@ -164,6 +169,13 @@ impl Region for MemRegion {
 
     fn persist(&self, offset: usize, len: usize) -> Result<()> {
         assert!(offset + len <= self.len, "persist past the end");
+        if self.faults.hold_persists.load(Ordering::SeqCst) {
+            self.faults.persists_held.fetch_add(1, Ordering::SeqCst);
+            while self.faults.hold_persists.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            self.faults.persists_held.fetch_sub(1, Ordering::SeqCst);
+        }
         let n = self.faults.persist_calls.fetch_add(1, Ordering::SeqCst) + 1;
         let from = self.faults.fail_persist_from.load(Ordering::SeqCst);
         if from != 0 && n >= from {
@@ -208,9 +220,14 @@ impl std::fmt::Debug for FaultMedium {
 impl FaultMedium {
     /// An empty medium that behaves as a `block` tier (persist is what survives).
     pub fn new(name: &str) -> Arc<Self> {
+        Self::with_domain(name, Domain::Block)
+    }
+
+    /// An empty medium declaring `domain` (persist still copies to the simulated device).
+    pub fn with_domain(name: &str, domain: Domain) -> Arc<Self> {
         Arc::new(FaultMedium {
             path: PathBuf::from(format!("mem:{name}")),
-            domain: Domain::Block,
+            domain,
             state: Mutex::new(State::default()),
             faults: Arc::new(FaultConfig::default()),
             locked: Arc::new(Mutex::new(false)),

@@ -89,7 +89,7 @@ mod tests {
         encode(9, Kind::Put, b"a", b"one", 5, &mut b);
         let flagged = Flags {
             persisted: true,
-            synced_before: false,
+            ..Flags::default()
         };
         encode_flagged(9, Kind::Tombstone, flagged, b"b", b"", 6, &mut b);
         let path = dir.path().join(cut_file_name(3, 9));

@@ -126,8 +126,9 @@ pub enum Gaps {
     /// After a reboot, in a store of format 2: an unsynced tail if no record after it is
     /// flagged `Persisted` (such a record was taken to prove the gap durable).
     TailIfUnflagged,
-    /// After a reboot, in a store of format 3: an unsynced tail unless a record after it was
-    /// written after a sync that covered it (`record::SYNCED_BEFORE_FLAG`).
+    /// After a reboot, in a store of format 3 or later: an unsynced tail unless the records
+    /// after it prove it was durable once (a synced-before record, or a synced-to-previous one
+    /// after another flagged record: see `record::Flags`). Format 3 wrote only the first flag.
     TailIfUnproven,
 }
 
@@ -146,10 +147,22 @@ impl Gaps {
     }
 }
 
-/// The intact records from `from` to the end of a segment (gaps stepped over), with the
-/// flags found among them.
-fn records_after(segment_id: u64, bytes: &[u8], from: usize) -> (Cut, record::Flags) {
-    let (mut cut, mut any) = (Cut::default(), record::Flags::default());
+/// What the intact records after a gap say about the bytes before them.
+#[derive(Debug, Default)]
+struct After {
+    /// One of them was acknowledged as `Persisted` (format 2's proof).
+    persisted: bool,
+    /// One of them was written once the gap was durable: a synced-before record, or a
+    /// synced-to-previous one after another flagged record (its claim covers that record,
+    /// which lies past the gap).
+    synced: bool,
+}
+
+/// The intact records from `from` to the end of a segment (gaps stepped over), and what
+/// they prove.
+fn records_after(segment_id: u64, bytes: &[u8], from: usize) -> (Cut, After) {
+    let (mut cut, mut after) = (Cut::default(), After::default());
+    let mut flagged_before = false;
     let mut off = Some(from);
     while let Some(at) = off.filter(|&at| at + HEADER_LEN <= bytes.len()) {
         match record::decode(segment_id, &bytes[at..]) {
@@ -158,14 +171,15 @@ fn records_after(segment_id: u64, bytes: &[u8], from: usize) -> (Cut, record::Fl
                 cut.max_lsn = cut.max_lsn.max(h.lsn);
                 cut.end = at + h.record_len();
                 cut.flagged += h.persisted as u64;
-                any.persisted |= h.persisted;
-                any.synced_before |= h.synced_before;
+                after.persisted |= h.persisted;
+                after.synced |= h.synced_before || (h.synced_to_previous && flagged_before);
+                flagged_before |= h.synced_before || h.synced_to_previous;
                 off = Some(at + h.footprint());
             }
             Err(_) => off = next_valid(segment_id, bytes, at + RECORD_ALIGN),
         }
     }
-    (cut, any)
+    (cut, after)
 }
 
 fn next_valid(segment_id: u64, bytes: &[u8], from: usize) -> Option<usize> {
@@ -210,14 +224,17 @@ fn erase(region: &dyn crate::medium::Region, cut: &Cut) -> Result<()> {
 /// gap can be an unsynced tail written back out of order before a power cut. Nothing past
 /// such a gap was acknowledged as durable: acknowledging a record waits for a sync of every
 /// byte before it, the gap's included. So a gap is damage only if something proves it was
-/// durable once: a record after it written after a sync that covered it (format 3:
-/// `SYNCED_BEFORE_FLAG`; a damaged record's own flag proves nothing about itself). A gap
-/// without that proof is cut like a torn tail, and the dropped records are counted in
-/// `cut_after_reboot`, flagged ones too (written as `Persisted`, their sync never returned).
-/// Before format 3, a flagged record after the gap, or in it, counted as the proof; it refused
-/// every store whose power cut came during the sync of flagged page-cache records (a server
-/// acknowledging after its group commit: most cuts). Within the boot that wrote the segment
-/// every gap is damage (the page cache survives a process crash whole).
+/// durable once: a record after it written after a sync that covered it
+/// (`SYNCED_BEFORE_FLAG`: an idle writer), or a record written after a sync that covered
+/// another flagged record after the gap (`SYNCED_TO_PREVIOUS_FLAG`, format 4: writers that
+/// never pause, so no record follows a sync of its own offset). A damaged record's own flags
+/// prove nothing about itself. A gap without that proof is cut like a torn tail, and the
+/// dropped records are counted in `cut_after_reboot`, flagged ones too (written as
+/// `Persisted`, their sync never returned). Before format 3, a persisted record after the
+/// gap, or in it, counted as the proof; it refused every store whose power cut came during
+/// the sync of flagged page-cache records (a server acknowledging after its group commit:
+/// most cuts). Within the boot that wrote the segment every gap is damage (the page cache
+/// survives a process crash whole).
 pub fn scan(
     segment_id: u64,
     bytes: &[u8],
@@ -266,12 +283,12 @@ pub fn scan(
                                 // promised.
                                 let promised =
                                     record::parse_header(&bytes[off..]).is_ok_and(|h| h.persisted);
-                                let (cut, any) = records_after(segment_id, bytes, next);
-                                (!promised && !any.persisted).then_some(cut)
+                                let (cut, after) = records_after(segment_id, bytes, next);
+                                (!promised && !after.persisted).then_some(cut)
                             }
                             Gaps::TailIfUnproven => {
-                                let (cut, any) = records_after(segment_id, bytes, next);
-                                (!any.synced_before).then_some(cut)
+                                let (cut, after) = records_after(segment_id, bytes, next);
+                                (!after.synced).then_some(cut)
                             }
                         };
                         if let Some(cut) = tail {
@@ -678,8 +695,9 @@ pub fn recover<E: Send + Sync>(
             // as not persisted, so its seal persists it before writing a summary that vouches
             // for it, and a reclaim persists it before freeing what it shadows.
             let synced = if scanned { SEGMENT_HEADER_LEN } else { end };
+            let volatile = tier.medium.domain() == crate::medium::Domain::Volatile;
             let seg = Arc::new(Segment::new(
-                header.id, tier.index, slot, region, end, synced,
+                header.id, tier.index, slot, region, end, synced, volatile,
             ));
             seg.sealed.store(true, Ordering::Release);
             if repair_header {
@@ -792,14 +810,23 @@ mod tests {
     const P: Flags = Flags {
         persisted: true,
         synced_before: false,
+        synced_to_previous: false,
     };
     const S: Flags = Flags {
         persisted: false,
         synced_before: true,
+        synced_to_previous: false,
+    };
+    /// Synced to the previous flagged record.
+    const C: Flags = Flags {
+        persisted: false,
+        synced_before: false,
+        synced_to_previous: true,
     };
     const N: Flags = Flags {
         persisted: false,
         synced_before: false,
+        synced_to_previous: false,
     };
 
     /// A segment image: header page, then records with `flags`, the `gap`-th one's header
@@ -871,6 +898,28 @@ mod tests {
     }
 
     #[test]
+    fn a_record_synced_to_a_flagged_record_past_the_gap_makes_it_damage() {
+        // Writers that never pause: each sync covers up to a flagged record, the next record
+        // claims that. The second flagged record past the gap proves the first was durable.
+        for flags in [[N, N, C, C, N], [N, N, C, N, C], [N, N, S, N, C]] {
+            let (b, at) = segment(&flags, 1);
+            let (off, _) = scan(5, &b, false, Gaps::TailIfUnproven).expect_err("refused");
+            assert_eq!(off, at[1], "{flags:?}");
+        }
+        // One synced-to-previous record past the gap proves only bytes before the previous
+        // flagged record, which may lie before the gap: the power cut may have come during
+        // the sync that covered the gap.
+        for flags in [[C, N, C, N, N], [N, N, C, N, N], [C, C, N, C, N]] {
+            let (b, at) = segment(&flags, 1);
+            let s = scan(5, &b, false, Gaps::TailIfUnproven).expect("cut, not refused");
+            assert_eq!(s.torn_at, Some(at[1]), "{flags:?}");
+        }
+        // Format 2's rule ignores both sync flags.
+        let (b, _) = segment(&[N, N, C, C, S], 1);
+        assert!(scan(5, &b, false, Gaps::TailIfUnflagged).is_ok());
+    }
+
+    #[test]
     fn in_the_boot_that_wrote_it_any_gap_is_damage() {
         let (b, at) = segment(&[N, N, N], 1);
         assert_eq!(
@@ -882,5 +931,6 @@ mod tests {
         assert_eq!(Gaps::for_segment(7, 0, 3), Gaps::Damage, "boot unknown");
         assert_eq!(Gaps::for_segment(6, 7, 2), Gaps::TailIfUnflagged);
         assert_eq!(Gaps::for_segment(6, 7, 3), Gaps::TailIfUnproven);
+        assert_eq!(Gaps::for_segment(6, 7, 4), Gaps::TailIfUnproven);
     }
 }

@@ -12,9 +12,12 @@ impl Store {
 
     /// Declares that every write, `Memory` ones included, is acknowledged to its client only
     /// after a [`Store::flush`] (a server's group commit): such writes then carry the persisted
-    /// flag, as `Persisted` ones do, so that after a power cut damage before them is refused,
-    /// not cut as an unsynced tail (see `recovery::scan`). Flagging a write that is not
-    /// flushed first is safe; it only turns such a cut into a refusal.
+    /// flag, as `Persisted` ones do, so that when a power cut comes during their sync and
+    /// recovery cuts them as an unsynced tail, the report counts them apart (written as
+    /// acknowledged: `UnsyncedTail::flagged`), and a direct record among them first waits for
+    /// the page-cache bytes before it (`Store::put_direct`). Whether a gap is damage does not
+    /// depend on it: the sync flags decide that (see `recovery::scan`). Flagging a write that
+    /// is not flushed first is safe; it only changes that count.
     pub fn set_acknowledged_after_flush(&self, on: bool) {
         self.inner.acked_after_flush.store(on, Ordering::Relaxed);
     }

@@ -200,7 +200,16 @@ impl Inner {
         self.send(Job::Prepare);
         let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
         // Synced watermark 0: the header is persisted with the segment's first records.
-        let seg = Arc::new(Segment::new(id, tier, slot, region, SEGMENT_HEADER_LEN, 0));
+        let volatile = self.tiers[tier].medium.domain() == crate::medium::Domain::Volatile;
+        let seg = Arc::new(Segment::new(
+            id,
+            tier,
+            slot,
+            region,
+            SEGMENT_HEADER_LEN,
+            0,
+            volatile,
+        ));
         seg.removals_only.store(removals_only, Ordering::Relaxed);
         seg.only_puts.store(true, Ordering::Relaxed);
         if let Err(e) = seg.write_header(now_ns(), self.tiers[tier].medium.boot_id()) {

@@ -133,15 +133,15 @@ impl Store {
         let head_blocks = (off - a + HEADER_LEN).next_multiple_of(ALIGN);
         // Writes the record's blocks with `lsn` in its header (all of them, or only those of
         // the header); `None` writes the header's blocks with it zeroed (an abandoned record).
+        // Taken once, before the first write (after the pre-sync below): a rewrite of the
+        // header's blocks with a new lsn keeps them.
+        let flags = std::cell::Cell::new(record::Flags::default());
         let write = |lsn: Option<u64>, header_only: bool| -> Result<()> {
             let header = match lsn {
                 Some(lsn) => record::encode_header_padded(
                     seg.id,
                     Kind::Put,
-                    record::Flags {
-                        persisted,
-                        synced_before: seg.synced_before(off),
-                    },
+                    flags.get(),
                     key.len(),
                     value_len,
                     lsn,
@@ -184,16 +184,18 @@ impl Store {
                 self.inner.events.admit(&shard.events, key, &probe)?;
             }
         }
-        // A flagged record must not reach the device before the bytes in front of it (small
-        // `Memory` records still in the page cache): else a power cut could keep it and lose
-        // them, and recovery would see damage before a promised record (`recovery::scan`).
-        // Costs a sync only where the segment mixes them; the ack needs it anyway.
+        // A flagged record's bytes in front of it (small `Memory` records still in the page
+        // cache) are synced before it goes to the device, so that it is written synced-before
+        // and proves them (`recovery::scan`): otherwise, damaged later, they would be cut as an
+        // unsynced tail with this acknowledged record. Costs a sync only where the segment mixes
+        // them; the ack needs it anyway.
         if persisted && !seg.is_synced() {
             if let Err(e) = seg.persist_written() {
                 self.inner.poison(&e);
                 return Err(e);
             }
         }
+        flags.set(seg.sync_flags(off, off + rec_len, persisted));
         let lsn = self.inner.next_lsn.fetch_add(1, Ordering::Relaxed);
         write(Some(lsn), false)?;
         let mut shard = self.inner.index.shard(key).write();
@@ -604,14 +606,11 @@ impl Inner {
         }
         let lsn = self.next_lsn.fetch_add(1, Ordering::Relaxed);
         newest_lsn.note(key, lsn);
+        let rec_len = record::record_len(key.len(), value_len);
         // Read before the header is written: a persist that returned before covers them.
-        let flags = record::Flags {
-            persisted,
-            synced_before: seg.synced_before(off),
-        };
+        let flags = seg.sync_flags(off, off + rec_len, persisted);
         let header =
             record::encode_header_with(seg.id, kind, flags, key.len(), value_len, lsn, body_crc);
-        let rec_len = record::record_len(key.len(), value_len);
         if is_bulk(value_len) {
             // Through the medium like the value (pwrite on block tiers), so the header never
             // waits on a page under write-back. A failure leaves the record unpublished.
