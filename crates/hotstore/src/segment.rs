@@ -553,6 +553,19 @@ mod tests {
     }
 
     #[test]
+    fn review_a_sync_ending_exactly_at_the_flagged_record_is_claimed() {
+        let s = segment(SEGMENT_HEADER_LEN, 0, false);
+        s.end.store(4200, Ordering::Release);
+        s.persist_written().unwrap();
+        assert_eq!(flags(&s, 4200, 4300), (true, false));
+        s.end.store(4300, Ordering::Release);
+        // A sync starts right after the flagged record: it covers exactly its end.
+        s.persist_written().unwrap();
+        s.end.store(4400, Ordering::Release); // written during that sync
+        assert_eq!(flags(&s, 4400, 4500), (false, true));
+    }
+
+    #[test]
     fn a_segment_found_at_open_claims_nothing_until_its_next_sync() {
         // Its bytes may be in the page cache only (found after a kill -9): recovery resets the
         // watermark, and a flag must wait for a sync covering every record found.

@@ -401,8 +401,8 @@ fn torn_power_cut_salvage() {
     });
 }
 
-/// Torn write-back reopened in Strict mode (format 3): a gap with no record after it written
-/// after a sync that covered it is an unsynced tail and is cut, so the open succeeds and
+/// Torn write-back reopened in Strict mode (format 3 on): a gap whose records after it do not
+/// prove it was durable (design.md §7) is an unsynced tail and is cut, so the open succeeds and
 /// holds every acknowledged Persisted state. Without damage Strict never refuses (format 2
 /// refused where a flagged record followed a gap: its sync was under way, and the device
 /// kept it and not what was before it); and whatever it opens must be right.
