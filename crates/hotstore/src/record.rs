@@ -9,8 +9,8 @@
 //!                         (`PERSISTED_FLAG`, store format 2): acknowledged as `Persisted`;
 //!                         bit 6 (`SYNCED_BEFORE_FLAG`, format 3): every byte before the
 //!                         record in its segment was durable when it was written; bit 5
-//!                         (`SYNCED_TO_PREVIOUS_FLAG`, format 4): every byte before the end of
-//!                         the segment's previous record with bit 6 or 5 was
+//!                         (`SYNCED_TO_PREVIOUS_FLAG`, format 4): every byte before the start
+//!                         of the segment's previous record with bit 6 or 5 was durable
 //!  8     2    key_len    1..=MAX_KEY_LEN
 //! 10     2    pad        bytes of zeros after the record (0..4096, a multiple of 8)
 //! 12     4    value_len  0 for tombstones
@@ -63,10 +63,12 @@ pub const PERSISTED_FLAG: u8 = 0x80;
 /// Bit of the kind byte set on a record written when every byte before it in its segment was
 /// already durable (store format 3): written after a sync that covered them.
 pub const SYNCED_BEFORE_FLAG: u8 = 0x40;
-/// Bit of the kind byte set on a record written when every byte before the end of the
+/// Bit of the kind byte set on a record written when every byte before the start of the
 /// previous record of its segment with a sync flag (this or [`SYNCED_BEFORE_FLAG`]) was
-/// durable, but not every byte before the record itself (store format 4): a sync covering
-/// that record returned while later records were being written.
+/// durable, but not every byte before the record itself (store format 4): a sync reaching
+/// that record returned while later records were being written. Past a gap, such a record
+/// after another intact flagged record proves the gap was durable once: that record starts
+/// past the gap.
 pub const SYNCED_TO_PREVIOUS_FLAG: u8 = 0x20;
 /// Every flag bit of the kind byte.
 const FLAG_BITS: u8 = PERSISTED_FLAG | SYNCED_BEFORE_FLAG | SYNCED_TO_PREVIOUS_FLAG;
@@ -182,7 +184,7 @@ pub struct Header {
     /// Every byte before it in the segment was durable when it was written
     /// ([`SYNCED_BEFORE_FLAG`]).
     pub synced_before: bool,
-    /// Every byte before the end of the segment's previous record with a sync flag was
+    /// Every byte before the start of the segment's previous record with a sync flag was
     /// durable when it was written ([`SYNCED_TO_PREVIOUS_FLAG`]).
     pub synced_to_previous: bool,
 }

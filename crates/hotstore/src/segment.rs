@@ -145,8 +145,8 @@ pub struct Segment {
     /// lowering, both under its lock), for [`Segment::is_synced`] without the lock: a group
     /// commit asks every segment of the store.
     synced_hint: AtomicUsize,
-    /// End of the last record given a sync flag (see [`Segment::sync_flags`]); for a segment
-    /// found at open, the end of its records.
+    /// Start of the last record given a sync flag (see [`Segment::sync_flags`]); for a
+    /// segment found at open, the end of its records (past every flagged one: conservative).
     proof_floor: AtomicUsize,
     /// On a volatile tier, whose persist is a no-op: no record claims a sync.
     volatile: bool,
@@ -453,15 +453,17 @@ impl Segment {
         }
     }
 
-    /// The flags of the record to be written at `[offset, end)`, with `persisted` as given and
-    /// the sync flags this segment can claim for it (see `record::Flags`): synced-before if a
+    /// The flags of the record to be written at `offset`, with `persisted` as given and the
+    /// sync flags this segment can claim for it (see `record::Flags`): synced-before if a
     /// persist covering every byte before `offset` has returned; else synced-to-previous if
-    /// one covering the previous record with a sync flag has (every writer keeps appending
-    /// through a sync: the steady state of a busy segment, where no record is ever written
-    /// after a sync that covered its own offset). Called by the holder of the segment's lane
-    /// before the header is written, so in offset order: `proof_floor` is the end of the
-    /// previous flagged record, as recovery reads it back.
-    pub fn sync_flags(&self, offset: usize, end: usize, persisted: bool) -> record::Flags {
+    /// one reaching the start of the previous record with a sync flag has (every writer keeps
+    /// appending through a sync: the steady state of a busy segment, where no record is ever
+    /// written after a sync that covered its own offset). The start, not the end, so that
+    /// back-to-back syncs (each one starting before the first record after the previous one
+    /// is written) flag a record each. Called by the holder of the segment's lane before the
+    /// header is written, so in offset order: `proof_floor` is the start of the previous
+    /// flagged record, as recovery reads it back.
+    pub fn sync_flags(&self, offset: usize, persisted: bool) -> record::Flags {
         let synced = if self.volatile {
             0
         } else {
@@ -474,7 +476,7 @@ impl Segment {
             synced_to_previous: synced < offset && synced >= floor,
         };
         if flags.any_sync() {
-            self.proof_floor.fetch_max(end, Ordering::AcqRel);
+            self.proof_floor.fetch_max(offset, Ordering::AcqRel);
         }
         flags
     }
@@ -515,54 +517,55 @@ mod tests {
         Segment::new(1, 0, 0, region, end, synced, volatile)
     }
 
-    /// (synced-before, synced-to-previous) of a record at `[off, end)`.
-    fn flags(s: &Segment, off: usize, end: usize) -> (bool, bool) {
-        let f = s.sync_flags(off, end, false);
+    /// (synced-before, synced-to-previous) of a record at `off`.
+    fn flags(s: &Segment, off: usize) -> (bool, bool) {
+        let f = s.sync_flags(off, false);
         (f.synced_before, f.synced_to_previous)
     }
 
     #[test]
     fn each_record_claims_what_the_last_returned_sync_covered() {
         let s = segment(SEGMENT_HEADER_LEN, 0, false);
-        assert_eq!(flags(&s, 4096, 4200), (false, false), "nothing synced yet");
+        assert_eq!(flags(&s, 4096), (false, false), "nothing synced yet");
         s.end.store(4200, Ordering::Release);
         s.persist_written().unwrap();
-        assert_eq!(flags(&s, 4200, 4300), (true, false), "written after a sync");
+        assert_eq!(flags(&s, 4200), (true, false), "written after a sync");
         s.end.store(4300, Ordering::Release);
         assert_eq!(
-            flags(&s, 4300, 4400),
-            (false, false),
-            "its sync not yet done"
+            flags(&s, 4300),
+            (false, true),
+            "the same sync reached the previous flagged record's start (a true, redundant claim)"
         );
         s.end.store(4400, Ordering::Release);
         // A sync covering up to 4400 runs while the record at 4400 is written.
-        assert_eq!(flags(&s, 4400, 4500), (false, false));
+        assert_eq!(flags(&s, 4400), (false, false), "no sync reached 4300 yet");
         s.persist_written().unwrap();
         s.end.store(4500, Ordering::Release);
         assert_eq!(
-            flags(&s, 4500, 4600),
+            flags(&s, 4500),
             (false, true),
-            "the sync covered the previous flagged record (4200..4300), not 4400..4500"
+            "the sync reached the previous flagged record's start (4300), not 4500"
         );
         s.end.store(4600, Ordering::Release);
-        assert_eq!(
-            flags(&s, 4600, 4700),
-            (false, false),
-            "its own claim pending"
-        );
+        assert_eq!(flags(&s, 4600), (false, false), "its own claim pending");
     }
 
     #[test]
-    fn review_a_sync_ending_exactly_at_the_flagged_record_is_claimed() {
+    fn back_to_back_syncs_flag_a_record_each() {
+        // Each sync starts as soon as the previous one returns, before the next record is
+        // written, and that record is written while it runs: a flush loop, a group-commit
+        // leader. Claiming up to a flagged record's start (not its end) lets every such sync
+        // prove something; with the end only every other one did.
         let s = segment(SEGMENT_HEADER_LEN, 0, false);
         s.end.store(4200, Ordering::Release);
-        s.persist_written().unwrap();
-        assert_eq!(flags(&s, 4200, 4300), (true, false));
-        s.end.store(4300, Ordering::Release);
-        // A sync starts right after the flagged record: it covers exactly its end.
-        s.persist_written().unwrap();
-        s.end.store(4400, Ordering::Release); // written during that sync
-        assert_eq!(flags(&s, 4400, 4500), (false, true));
+        s.persist_written().unwrap(); // covers ..4200
+        assert_eq!(flags(&s, 4200), (true, false));
+        for at in [4300, 4400, 4500, 4600] {
+            // Written while a sync covering ..at runs; the one covering ..at - 100 returned.
+            assert_eq!(flags(&s, at), (false, true), "record at {at}");
+            s.end.store(at, Ordering::Release);
+            s.persist_written().unwrap();
+        }
     }
 
     #[test]
@@ -571,9 +574,9 @@ mod tests {
         // watermark, and a flag must wait for a sync covering every record found.
         let s = segment(8192, 8192, false);
         s.forget_synced();
-        assert_eq!(flags(&s, 8192, 8300), (false, false));
+        assert_eq!(flags(&s, 8192), (false, false));
         s.persist_written().unwrap();
-        assert_eq!(flags(&s, 8192, 8300), (true, false));
+        assert_eq!(flags(&s, 8192), (true, false));
     }
 
     #[test]
@@ -581,7 +584,7 @@ mod tests {
         let s = segment(SEGMENT_HEADER_LEN, 0, true);
         s.end.store(4200, Ordering::Release);
         s.persist_written().unwrap();
-        assert_eq!(flags(&s, 4200, 4300), (false, false));
+        assert_eq!(flags(&s, 4200), (false, false));
     }
 
     #[test]

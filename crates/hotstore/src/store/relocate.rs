@@ -355,7 +355,7 @@ impl Inner {
                 }
                 // A copy is not flagged persisted: its original stays until the copy is
                 // durable.
-                let flags = dst.sync_flags(doff, doff + rec_len, false);
+                let flags = dst.sync_flags(doff, false);
                 let header = record::encode_header_with(
                     dst.id,
                     h.kind,

@@ -195,7 +195,7 @@ impl Store {
                 return Err(e);
             }
         }
-        flags.set(seg.sync_flags(off, off + rec_len, persisted));
+        flags.set(seg.sync_flags(off, persisted));
         let lsn = self.inner.next_lsn.fetch_add(1, Ordering::Relaxed);
         write(Some(lsn), false)?;
         let mut shard = self.inner.index.shard(key).write();
@@ -608,7 +608,7 @@ impl Inner {
         newest_lsn.note(key, lsn);
         let rec_len = record::record_len(key.len(), value_len);
         // Read before the header is written: a persist that returned before covers them.
-        let flags = seg.sync_flags(off, off + rec_len, persisted);
+        let flags = seg.sync_flags(off, persisted);
         let header =
             record::encode_header_with(seg.id, kind, flags, key.len(), value_len, lsn, body_crc);
         if is_bulk(value_len) {
