@@ -723,3 +723,96 @@ fn review_a_persisted_direct_put_after_page_cache_records_is_synced_before() {
     let big = flags.iter().find(|f| f.0 == "rbig").unwrap().1;
     assert!(big & SYNCED_BEFORE != 0, "{flags:?}");
 }
+
+/// A record in a live image: its region, offset, key, lsn and kind byte.
+struct Found {
+    region: String,
+    offset: usize,
+    key: String,
+    lsn: u64,
+    kind: u8,
+}
+
+/// Every record in the live images, region by region in offset order.
+fn all_records(m: &FaultMedium) -> Vec<Found> {
+    let mut out = Vec::new();
+    for name in m.region_names() {
+        let image = m.live_image(&name).unwrap();
+        let Ok(header) = SegmentHeader::decode(&image) else {
+            continue;
+        };
+        let found = scan(header.id, &image, true, Gaps::Damage).unwrap();
+        for e in found.entries {
+            out.push(Found {
+                region: name.clone(),
+                offset: e.offset as usize,
+                key: String::from_utf8_lossy(&e.key).into_owned(),
+                lsn: e.lsn,
+                kind: image[e.offset as usize + 7],
+            });
+        }
+    }
+    out
+}
+
+/// Relocation's copies claim the syncs of their segment like any record (a copied put's
+/// header is written by `write_header`, as a put's): a compaction persists every segment after
+/// each step, so the copies of its next step are flagged, and damage to an earlier copy in
+/// that segment is refused after a power cut rather than cut as an unsynced tail.
+#[test]
+fn relocated_copies_claim_syncs_so_damage_before_them_is_refused() {
+    let m = FaultMedium::new("reloc");
+    let s = open(&m, RecoveryMode::Strict).unwrap();
+    // Half of 2000 keys removed: about four 1 MiB segments half dead, compacted in steps.
+    for i in 0..2000u32 {
+        let key = format!("r{i:04}");
+        s.put(key.as_bytes(), &small(i as u8), Durability::Memory)
+            .unwrap();
+        if i % 2 == 0 {
+            s.remove(key.as_bytes(), Durability::Memory).unwrap();
+        }
+    }
+    assert!(s.compact(|_, _| {}).unwrap() > 0);
+    s.flush().unwrap();
+    let records = all_records(&m);
+    // The newest record of each key: its copy (freed originals keep their bytes).
+    let mut newest = std::collections::HashMap::new();
+    for f in &records {
+        let lsn = newest.entry(f.key.clone()).or_insert(f.lsn);
+        *lsn = (*lsn).max(f.lsn);
+    }
+    let is_copy = |f: &Found| newest[&f.key] == f.lsn;
+    // Relocation's open segment (the newest copy's): not sealed, so it has no summary and a
+    // reopen scans it (a sealed one's damage is found when its value is read instead).
+    let last = records.iter().max_by_key(|f| f.lsn).unwrap();
+    // A copy written after a step's sync, after another copy in that segment.
+    let flagged = records
+        .iter()
+        .enumerate()
+        .find(|(i, f)| {
+            f.kind & SYNCED_BEFORE != 0
+                && f.region == last.region
+                && is_copy(f)
+                && *i > 0
+                && records[i - 1].region == f.region
+                && is_copy(&records[i - 1])
+        })
+        .map(|(i, _)| i)
+        .unwrap_or_else(|| panic!("no relocated copy claims a sync"));
+    let victim = &records[flagged - 1];
+    let cut = m.crash(None);
+    drop(s);
+    // A byte of the earlier copy's value (past its 24-byte header and 5-byte key).
+    let at = victim.offset + 24 + 5 + 100;
+    assert!(cut.tamper(&victim.region, |b| b[at] ^= 1));
+    match open(&cut, RecoveryMode::Strict) {
+        Err(Error::Corruption { .. }) => {}
+        Ok(s) => panic!(
+            "damage to {} before the flagged copy {} was not refused: {:?}",
+            victim.key,
+            records[flagged].key,
+            s.recovery_report()
+        ),
+        Err(e) => panic!("{e}"),
+    }
+}
