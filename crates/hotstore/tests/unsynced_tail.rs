@@ -403,9 +403,17 @@ fn a_format_2_store_is_read_by_format_2_rule() {
     assert!(r.unsynced_tails[0].flagged > 0, "{r:?}");
 }
 
-/// The kind byte of every record in every segment of `m` (as written, not yet persisted
-/// included), with the segment's file name and the record's offset.
-fn kind_bytes(m: &FaultMedium) -> Vec<(String, usize, u8)> {
+/// A record in a live image: its region, offset, key, lsn and kind byte.
+struct Found {
+    region: String,
+    offset: usize,
+    key: String,
+    lsn: u64,
+    kind: u8,
+}
+
+/// Every record in the live images, region by region in offset order.
+fn all_records(m: &FaultMedium) -> Vec<Found> {
     let mut out = Vec::new();
     for name in m.region_names() {
         let image = m.live_image(&name).unwrap();
@@ -414,11 +422,25 @@ fn kind_bytes(m: &FaultMedium) -> Vec<(String, usize, u8)> {
         };
         let found = scan(header.id, &image, true, Gaps::Damage).unwrap();
         for e in found.entries {
-            let at = e.offset as usize;
-            out.push((name.clone(), at, image[at + 7]));
+            out.push(Found {
+                region: name.clone(),
+                offset: e.offset as usize,
+                key: String::from_utf8_lossy(&e.key).into_owned(),
+                lsn: e.lsn,
+                kind: image[e.offset as usize + 7],
+            });
         }
     }
     out
+}
+
+/// The kind byte of every record in every segment of `m` (as written, not yet persisted
+/// included), with the segment's file name and the record's offset.
+fn kind_bytes(m: &FaultMedium) -> Vec<(String, usize, u8)> {
+    all_records(m)
+        .into_iter()
+        .map(|f| (f.region, f.offset, f.kind))
+        .collect()
 }
 
 const SYNCED_BEFORE: u8 = 0x40;
@@ -569,21 +591,11 @@ fn release_sync(m: &FaultMedium, h: std::thread::JoinHandle<()>) {
 
 /// (key, kind byte) of every r-record, in offset order.
 fn r_flags(m: &FaultMedium) -> Vec<(String, u8)> {
-    let mut out = Vec::new();
-    for name in m.region_names() {
-        let image = m.live_image(&name).unwrap();
-        let Ok(header) = SegmentHeader::decode(&image) else {
-            continue;
-        };
-        let found = scan(header.id, &image, true, Gaps::Damage).unwrap();
-        for e in found.entries {
-            let k = String::from_utf8_lossy(&e.key).into_owned();
-            if k.starts_with('r') {
-                out.push((k, image[e.offset as usize + 7]));
-            }
-        }
-    }
-    out
+    all_records(m)
+        .into_iter()
+        .filter(|f| f.key.starts_with('r'))
+        .map(|f| (f.key, f.kind))
+        .collect()
 }
 
 /// Known limits, design.md §7: "Damage followed by any record written after a later sync is
@@ -722,37 +734,6 @@ fn review_a_persisted_direct_put_after_page_cache_records_is_synced_before() {
     let flags = r_flags(&m);
     let big = flags.iter().find(|f| f.0 == "rbig").unwrap().1;
     assert!(big & SYNCED_BEFORE != 0, "{flags:?}");
-}
-
-/// A record in a live image: its region, offset, key, lsn and kind byte.
-struct Found {
-    region: String,
-    offset: usize,
-    key: String,
-    lsn: u64,
-    kind: u8,
-}
-
-/// Every record in the live images, region by region in offset order.
-fn all_records(m: &FaultMedium) -> Vec<Found> {
-    let mut out = Vec::new();
-    for name in m.region_names() {
-        let image = m.live_image(&name).unwrap();
-        let Ok(header) = SegmentHeader::decode(&image) else {
-            continue;
-        };
-        let found = scan(header.id, &image, true, Gaps::Damage).unwrap();
-        for e in found.entries {
-            out.push(Found {
-                region: name.clone(),
-                offset: e.offset as usize,
-                key: String::from_utf8_lossy(&e.key).into_owned(),
-                lsn: e.lsn,
-                kind: image[e.offset as usize + 7],
-            });
-        }
-    }
-    out
 }
 
 /// Relocation's copies claim the syncs of their segment like any record (a copied put's
