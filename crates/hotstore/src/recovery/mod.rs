@@ -153,8 +153,8 @@ struct After {
     /// One of them was acknowledged as `Persisted` (format 2's proof).
     persisted: bool,
     /// One of them was written once the gap was durable: a synced-before record, or a
-    /// synced-to-previous one after another flagged record (its claim covers that record,
-    /// which lies past the gap).
+    /// synced-to-previous one after another flagged record (its claim reaches that record's
+    /// start, which lies past the gap).
     synced: bool,
 }
 
@@ -225,8 +225,8 @@ fn erase(region: &dyn crate::medium::Region, cut: &Cut) -> Result<()> {
 /// such a gap was acknowledged as durable: acknowledging a record waits for a sync of every
 /// byte before it, the gap's included. So a gap is damage only if something proves it was
 /// durable once: a record after it written after a sync that covered it
-/// (`SYNCED_BEFORE_FLAG`: an idle writer), or a record written after a sync that covered
-/// another flagged record after the gap (`SYNCED_TO_PREVIOUS_FLAG`, format 4: writers that
+/// (`SYNCED_BEFORE_FLAG`: an idle writer), or a record written after a sync that reached the
+/// start of another flagged record after the gap (`SYNCED_TO_PREVIOUS_FLAG`, format 4: writers that
 /// never pause, so no record follows a sync of its own offset). A damaged record's own flags
 /// prove nothing about itself. A gap without that proof is cut like a torn tail, and the
 /// dropped records are counted in `cut_after_reboot`, flagged ones too (written as
@@ -899,8 +899,9 @@ mod tests {
 
     #[test]
     fn a_record_synced_to_a_flagged_record_past_the_gap_makes_it_damage() {
-        // Writers that never pause: each sync covers up to a flagged record, the next record
-        // claims that. The second flagged record past the gap proves the first was durable.
+        // Writers that never pause: each sync reaches a flagged record's start, the next record
+        // claims that. The second flagged record past the gap proves the bytes before the
+        // first one's start, the gap's included, were durable.
         for flags in [[N, N, C, C, N], [N, N, C, N, C], [N, N, S, N, C]] {
             let (b, at) = segment(&flags, 1);
             let (off, _) = scan(5, &b, false, Gaps::TailIfUnproven).expect_err("refused");
