@@ -226,8 +226,8 @@ fn erase(region: &dyn crate::medium::Region, cut: &Cut) -> Result<()> {
 /// byte before it, the gap's included. So a gap is damage only if something proves it was
 /// durable once: a record after it written after a sync that covered it
 /// (`SYNCED_BEFORE_FLAG`: an idle writer), or a record written after a sync that reached the
-/// start of another flagged record after the gap (`SYNCED_TO_PREVIOUS_FLAG`, format 4: writers that
-/// never pause, so no record follows a sync of its own offset). A damaged record's own flags
+/// start of another flagged record after the gap (`SYNCED_TO_PREVIOUS_FLAG`, format 4:
+/// writers that never pause, so no record follows a sync of its own offset). A damaged record's own flags
 /// prove nothing about itself. A gap without that proof is cut like a torn tail, and the
 /// dropped records are counted in `cut_after_reboot`, flagged ones too (written as
 /// `Persisted`, their sync never returned). Before format 3, a persisted record after the
