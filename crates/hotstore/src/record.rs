@@ -39,10 +39,10 @@
 //! sync), or everything before the start of the previous record given a sync flag
 //! (synced-to-previous: a sync reaching that record returned while writes went on past it,
 //! the steady state of a busy segment). After a power cut, recovery uses them to tell the
-//! unsynced tail of a segment from damage to what was durable (see `recovery::scan`): past a gap, one
-//! synced-before record, or a synced-to-previous record after another flagged one, proves the
-//! gap was durable once. Before format 3, a persisted record past a gap was taken for that
-//! proof.
+//! unsynced tail of a segment from damage to what was durable (see `recovery::scan`): past a
+//! gap, one synced-before record, or a synced-to-previous record after another flagged one,
+//! proves the gap was durable once. Before format 3, a persisted record past a gap was taken
+//! for that proof.
 
 use crate::key::MAX_KEY_LEN;
 
