@@ -129,6 +129,13 @@ struct Run {
     segment_waits: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     segment_wait_secs: Option<f64>,
+    /// put: segment files the store created (open and warm-up included) and the rate of
+    /// creating them, per creating thread (`TierStats::created`): what a writer that waits
+    /// for files waits on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    files_created: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file_create_bytes_per_sec: Option<f64>,
 }
 
 /// The result of `bench put|get`: the one JSON object `--json` prints, and the text of
@@ -306,12 +313,15 @@ fn put_run(base: &Path, cfg: &Config, seg: u64, cap: u64) -> Result<(Run, (Domai
             counter.store(n, Ordering::Relaxed);
         }
     })?;
-    let waits = store.stats().waits;
+    let stats = store.stats();
     store.close()?;
     drop(tmp);
     let mut run = run_of(&w, cfg.value_size);
-    run.segment_waits = Some(waits.segment.count);
-    run.segment_wait_secs = Some(waits.segment.total_ns as f64 / 1e9);
+    run.segment_waits = Some(stats.waits.segment.count);
+    run.segment_wait_secs = Some(stats.waits.segment.total_ns as f64 / 1e9);
+    let created = stats.tiers[0].created;
+    run.files_created = Some(created.files);
+    run.file_create_bytes_per_sec = created.bytes_per_sec();
     Ok((run, domain))
 }
 
@@ -327,6 +337,8 @@ fn run_of(w: &Window, value_size: u64) -> Run {
         copy_bytes_per_sec: None,
         segment_waits: None,
         segment_wait_secs: None,
+        files_created: None,
+        file_create_bytes_per_sec: None,
     }
 }
 
@@ -690,6 +702,14 @@ impl fmt::Display for Report {
                     line += &format!(
                         "; writers waited for a segment file {n} times, {secs:.3} s in all"
                     );
+                    if let (Some(files), Some(rate)) =
+                        (run.files_created, run.file_create_bytes_per_sec)
+                    {
+                        line += &format!(
+                            " ({files} files created, at {}/s per creating thread)",
+                            human_bytes(rate)
+                        );
+                    }
                 }
             }
             if run.stopped_full {

@@ -175,6 +175,15 @@ fn print_human(out: &mut Out, dir: &Path, stats: &Stats, report: &RecoveryReport
                 human_bytes(t.offloaded_in_bytes as f64)
             ))?;
         }
+        if let Some(rate) = t.created.bytes_per_sec() {
+            out.line(format_args!(
+                "             files created since open: {} ({}) in {:.3} s, {}/s per creating thread",
+                t.created.files,
+                human_bytes(t.created.bytes as f64),
+                t.created.total_ns as f64 / 1e9,
+                human_bytes(rate)
+            ))?;
+        }
     }
     let r = report;
     out.line(format_args!(

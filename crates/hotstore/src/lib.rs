@@ -60,7 +60,7 @@ pub use options::{
 pub use record::Kind as RecordKind;
 pub use record::MAX_VALUE_LEN;
 pub use recovery::{read_cut_file, CutRecord, RecoveryReport, UnsyncedTail};
-pub use stats::{Relocation, Stats, TierStats, Wait, Waits};
+pub use stats::{FileCreation, Relocation, Stats, TierStats, Wait, Waits};
 pub use store::{CommitFailed, Reservation, Store, ValueRef, MAX_VALUE_PARTS, SHORT_OF_ROOM_FOR};
 pub use verify::{verify_dir, Damage, VerifyReport};
 

@@ -41,6 +41,30 @@ pub struct TierStats {
     pub offloaded_out_bytes: u64,
     /// Bytes of records moved here from the tier above since open.
     pub offloaded_in_bytes: u64,
+    /// Segment files created since open and the time that took: the file system's own rate
+    /// for new space, which bounds a store that is still growing.
+    pub created: FileCreation,
+}
+
+/// Segment files a tier created since open (ahead of writers by maintenance, by a writer that
+/// found none ready, or by preallocation), and what they cost.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct FileCreation {
+    /// Files created.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Time spent creating them (allocate, zero-fill where the tier does, map, pre-fault),
+    /// summed over the threads that did it, nanoseconds.
+    pub total_ns: u64,
+}
+
+impl FileCreation {
+    /// Bytes created per second of creating, by one thread; `None` before any file.
+    pub fn bytes_per_sec(&self) -> Option<f64> {
+        (self.files > 0 && self.total_ns > 0)
+            .then(|| self.bytes as f64 * 1e9 / self.total_ns as f64)
+    }
 }
 
 impl TierStats {

@@ -10,8 +10,10 @@
 use crate::error::{Error, Result};
 use crate::files::FileList;
 use crate::medium::{Domain, Medium, Region};
+use crate::stats::FileCreation;
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,6 +87,27 @@ pub struct Tier {
     state: Mutex<TierState>,
     /// Signalled when a file being prepared is pooled (or failed).
     prepared: Condvar,
+    /// Files created since open and the time they took (see [`FileCreation`]).
+    created: CreationCounter,
+}
+
+/// Counts the files a tier created and the time it spent creating them.
+#[derive(Default)]
+struct CreationCounter {
+    files: AtomicU64,
+    bytes: AtomicU64,
+    nanos: AtomicU64,
+}
+
+impl CreationCounter {
+    fn record(&self, bytes: usize, took: Duration) {
+        self.files.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.nanos.fetch_add(
+            took.as_nanos().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
+    }
 }
 
 fn is_enospc(e: &Error) -> bool {
@@ -119,6 +142,16 @@ impl Tier {
                 mostly_direct: false,
             }),
             prepared: Condvar::new(),
+            created: CreationCounter::default(),
+        }
+    }
+
+    /// Files this tier created since open, and what they cost.
+    pub fn created(&self) -> FileCreation {
+        FileCreation {
+            files: self.created.files.load(Ordering::Relaxed),
+            bytes: self.created.bytes.load(Ordering::Relaxed),
+            total_ns: self.created.nanos.load(Ordering::Relaxed),
         }
     }
 
@@ -370,6 +403,7 @@ impl Tier {
     /// Creates the file of `slot`; `filled`: as preallocation (see `create_region_filled`).
     fn create_with(&self, slot: u32, len: usize, filled: bool) -> Result<Option<SlotRegion>> {
         let name = crate::segment::file_name(slot);
+        let started = Instant::now();
         let made = if filled {
             self.medium.create_region_filled(&name, len)
         } else {
@@ -377,6 +411,7 @@ impl Tier {
         };
         match made {
             Ok(r) => {
+                self.created.record(len, started.elapsed());
                 // Listed before anyone writes to it, so a listed file that is missing at open
                 // was lost, and an unlisted one can only be this fresh file after a crash. If
                 // the list cannot be written, the file is kept (the list may be durable
@@ -686,6 +721,39 @@ mod tests {
                  pooled file into room for both"
             );
         }
+    }
+
+    /// Every file a tier creates is counted with its bytes and its time (preallocated, made by
+    /// a taker, or prepared ahead); reused files are not: the count is the rate of new space,
+    /// not of takes.
+    #[test]
+    fn created_files_are_counted_with_their_bytes_and_time() {
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let tier = block_tier(dir.path(), false);
+        assert_eq!(tier.created().files, 0);
+        assert!(tier.created().bytes_per_sec().is_none());
+        assert_eq!(tier.preallocate(2 * SEG as u64).unwrap(), 2);
+        let (a, _) = tier.take(SEG, 0).unwrap().unwrap();
+        let (b, _) = tier.take(SEG, 0).unwrap().unwrap();
+        let c = tier.created();
+        assert_eq!(
+            (c.files, c.bytes),
+            (2, 2 * SEG as u64),
+            "two preallocated files"
+        );
+        // None pooled now: this taker makes its own, of a record's own length.
+        let (own, _) = tier.take(3 * SEG, 0).unwrap().unwrap();
+        // Recycled files are reused, not created.
+        tier.give_back(a.0, a.1, false).unwrap();
+        let (again, _) = tier.take(SEG, 0).unwrap().unwrap();
+        assert!(
+            tier.prepare_one(0).unwrap(),
+            "the stock is below its target"
+        );
+        let c = tier.created();
+        assert_eq!((c.files, c.bytes), (4, 6 * SEG as u64));
+        assert!(c.total_ns > 0 && c.bytes_per_sec().is_some_and(|r| r > 0.0));
+        drop((b, own, again));
     }
 
     /// Pages of `region` in the page cache (`mincore` on its mapping).

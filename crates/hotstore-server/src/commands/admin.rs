@@ -557,10 +557,12 @@ fn info_section(ctx: &Ctx, section: &str, t: &mut String) {
                 kv(
                     &format!("tier{i}"),
                     format!(
-                        "path={},domain={:?},survives_power_cut={},note={}",
+                        "path={},domain={:?},survives_power_cut={},files_created={},file_create_ns={},note={}",
                         tier.path.display(),
                         tier.domain,
                         tier.survives_power_cut,
+                        tier.created.files,
+                        tier.created.total_ns,
                         tier.power_safety().replace(',', ";")
                     ),
                 );

@@ -684,7 +684,17 @@ pub fn store_stats(ctx: &mut Ctx, _args: &Args) -> CmdResult {
     let e = &s.events;
     let power_safe = s.tiers.iter().filter(|t| t.survives_power_cut).count();
     let w = &s.waits;
-    let pairs: [(&str, u64); 33] = [
+    let created = s
+        .tiers
+        .iter()
+        .fold(hotstore::FileCreation::default(), |a, t| {
+            hotstore::FileCreation {
+                files: a.files + t.created.files,
+                bytes: a.bytes + t.created.bytes,
+                total_ns: a.total_ns + t.created.total_ns,
+            }
+        });
+    let pairs: [(&str, u64); 36] = [
         ("entries", s.entries),
         ("live_bytes", s.live_bytes),
         ("dead_bytes", s.dead_bytes),
@@ -713,6 +723,9 @@ pub fn store_stats(ctx: &mut Ctx, _args: &Args) -> CmdResult {
         ("full_wait_ns", w.full.total_ns),
         ("sync_waits", w.sync.count),
         ("sync_wait_ns", w.sync.total_ns),
+        ("files_created", created.files),
+        ("file_create_bytes", created.bytes),
+        ("file_create_ns", created.total_ns),
         ("reserve_bytes", s.reserve_bytes),
         ("guaranteed_live_bytes", s.guaranteed_live_bytes),
         ("relocated_bytes", s.relocation.bytes),

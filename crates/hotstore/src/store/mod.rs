@@ -329,6 +329,7 @@ impl Inner {
                     relocated_bytes: moves.relocated.load(Ordering::Relaxed),
                     offloaded_out_bytes: moves.offloaded_out.load(Ordering::Relaxed),
                     offloaded_in_bytes: moves.offloaded_in.load(Ordering::Relaxed),
+                    created: t.created(),
                 }
             })
             .collect();
