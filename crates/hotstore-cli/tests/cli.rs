@@ -111,6 +111,9 @@ fn inspect_shows_layout_tiers_sizes_and_recovery() {
     let tier = &v["stats"]["tiers"][0];
     assert!(tier["domain"].is_string());
     assert!(tier["power_safety"].as_str().unwrap().contains("power cut"));
+    // Files created by this open (none needed, or the ready stock): counted, never absent.
+    assert!(tier["created"]["files"].is_u64(), "{tier}");
+    assert!(tier["created"]["total_ns"].is_u64(), "{tier}");
     let r = &v["recovery"];
     assert!(r["segments_from_summary"].as_u64().unwrap() >= 1, "{r}");
     assert_eq!(r["segments_scanned"], 0, "a clean close leaves summaries");

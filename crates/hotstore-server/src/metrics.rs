@@ -596,6 +596,33 @@ fn render_tiers(p: &mut Page, st: &Stats) {
             p.sample(&[("tier", i)], get(t));
         }
     }
+    for (name, help, get) in [
+        (
+            "hotstore_tier_files_created_total",
+            "Segment files the tier created (ahead of writers, by a writer that found none \
+             ready, or preallocated)",
+            (|t| t.created.files) as fn(&hotstore::TierStats) -> u64,
+        ),
+        (
+            "hotstore_tier_created_bytes_total",
+            "Bytes of the segment files the tier created",
+            |t| t.created.bytes,
+        ),
+    ] {
+        p.family(name, Kind::Counter, help);
+        for (i, t, _) in &tiers {
+            p.sample(&[("tier", i)], get(t));
+        }
+    }
+    p.family(
+        "hotstore_tier_file_create_seconds_total",
+        Kind::Counter,
+        "Time spent creating the tier's segment files (allocate, map, pre-fault), summed over \
+         the threads that did it: created bytes over it is the file system's rate for new space",
+    );
+    for (i, t, _) in &tiers {
+        p.sample(&[("tier", i)], t.created.total_ns as f64 / 1e9);
+    }
 }
 
 fn bool_str(b: bool) -> &'static str {

@@ -170,6 +170,17 @@ fn metrics_page_after_traffic_passes_promtool() {
         "{body}"
     );
     assert!(get("hotstore_tier_free_bytes{tier=\"0\"}") > 0.0, "{body}");
+    // The writes needed a segment file: created files are counted with their bytes and time.
+    let created = get("hotstore_tier_files_created_total{tier=\"0\"}");
+    assert!(created >= 1.0, "{body}");
+    assert!(
+        get("hotstore_tier_created_bytes_total{tier=\"0\"}") >= created * 4096.0,
+        "{body}"
+    );
+    assert!(
+        get("hotstore_tier_file_create_seconds_total{tier=\"0\"}") > 0.0,
+        "{body}"
+    );
     assert!(get("process_resident_memory_bytes") > 0.0, "{body}");
     assert!(get("process_open_fds") > 0.0, "{body}");
     server.shutdown().unwrap();
