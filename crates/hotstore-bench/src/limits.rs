@@ -484,41 +484,98 @@ pub fn write_limit_for(dir: &Path, threads: usize, duration: Duration) -> Limit 
     }
 }
 
-/// Bytes of the ring [`fill_and_checksum_bandwidth`] writes its fragments into: beyond the
-/// caches, as a store's segments are.
-const FILL_RING_BYTES: usize = 64 << 20;
+/// Least bytes of the ring [`fill_and_checksum_bandwidth`] writes its fragments into.
+const FILL_RING_MIN_BYTES: usize = 64 << 20;
+/// Most bytes of that ring, per thread.
+const FILL_RING_MAX_BYTES: usize = 2 << 30;
+
+/// Bytes of the ring [`fill_and_checksum_bandwidth`] writes into: twice the largest CPU cache
+/// the kernel reports (sysfs), at least 64 MiB, at most 2 GiB, so its slots are beyond the
+/// caches as a store's next free space is. Fix: a fixed 64 MiB ring on a machine with a
+/// 480 MiB last-level cache (this project's Xeon VM, 2026-11-29) gave 13.8-19.8 GiB/s, half
+/// again what 10 KiB copies into a 1 GiB ring make there.
+fn fill_ring_bytes() -> usize {
+    let largest = (0..8)
+        .filter_map(|i| {
+            std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size"))
+                .ok()
+        })
+        .filter_map(|t| parse_cache_size(t.trim()))
+        .max()
+        .unwrap_or(0);
+    (2 * largest).clamp(FILL_RING_MIN_BYTES, FILL_RING_MAX_BYTES)
+}
+
+/// A sysfs cache size (`48K`, `2048K`, `32M`) in bytes.
+fn parse_cache_size(text: &str) -> Option<usize> {
+    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
+    let n: usize = digits.parse().ok()?;
+    match unit {
+        "K" => Some(n << 10),
+        "M" => Some(n << 20),
+        "G" => Some(n << 30),
+        _ => None,
+    }
+}
 
 /// The least work a readout does per fragment, on `threads` threads each with its own ring:
 /// copy a fragment of `fragment_bytes` into memory it has not touched lately (the next slot of
-/// a 64 MiB ring, as a store's next free space is) and compute the crc32c the engine stores
+/// a ring twice the size of the largest cache, as a store's next free space is) and compute the crc32c the engine stores
 /// with it (`hotstore::crc32c`, while the fragment is in cache, as a commit does). The limit
 /// for the work of `minidaq`'s readout (fill a reserved slot, commit it), beside memcpy of
 /// large buffers, which needs no checksum and streams past the caches. Median of `repeats`
-/// runs of about `duration`, after one warm-up pass over the rings.
+/// runs of about `duration`, after one warm-up pass over the rings (made once, for all runs).
 pub fn fill_and_checksum_bandwidth(
     fragment_bytes: usize,
     threads: usize,
     duration: Duration,
     repeats: usize,
 ) -> Limit {
-    let fragment = fragment_bytes.clamp(1, FILL_RING_BYTES / 4);
-    let mut rates = Vec::with_capacity(repeats.max(1));
-    for _ in 0..repeats.max(1) {
-        let per_thread: Vec<f64> = thread::scope(|scope| {
-            let helpers: Vec<_> = (1..threads.max(1))
-                .map(|_| scope.spawn(|| FillRing::new(fragment).rate_for(duration)))
-                .collect();
-            let mut all = vec![FillRing::new(fragment).rate_for(duration)];
-            all.extend(helpers.into_iter().filter_map(|h| h.join().ok()));
-            all
-        });
-        rates.push(per_thread.iter().sum());
-    }
+    fill_and_checksum_in_rings(
+        fill_ring_bytes(),
+        fragment_bytes,
+        threads,
+        duration,
+        repeats,
+    )
+}
+
+/// [`fill_and_checksum_bandwidth`] with rings of `ring_bytes`.
+fn fill_and_checksum_in_rings(
+    ring_bytes: usize,
+    fragment_bytes: usize,
+    threads: usize,
+    duration: Duration,
+    repeats: usize,
+) -> Limit {
+    let fragment = fragment_bytes.clamp(1, ring_bytes / 4);
+    let threads = threads.max(1);
+    let repeats = repeats.max(1);
+    // Each thread's rate in each run; the threads' runs start together.
+    let start = std::sync::Barrier::new(threads);
+    let per_thread: Vec<Vec<f64>> = thread::scope(|scope| {
+        let run = || {
+            let mut ring = FillRing::new(fragment, ring_bytes);
+            (0..repeats)
+                .map(|_| {
+                    start.wait();
+                    ring.rate_for(duration)
+                })
+                .collect::<Vec<f64>>()
+        };
+        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(run)).collect();
+        let mut all = vec![run()];
+        all.extend(helpers.into_iter().filter_map(|h| h.join().ok()));
+        all
+    });
+    let rates: Vec<f64> = (0..repeats)
+        .map(|r| per_thread.iter().filter_map(|t| t.get(r)).sum())
+        .collect();
     Limit {
         name: format!(
-            "copy + crc32c of {} fragments into a 64 MiB ring, {} thread(s)",
+            "copy + crc32c of {} fragments into a {} ring, {threads} thread(s)",
             crate::util::human_bytes(fragment as f64),
-            threads.max(1)
+            crate::util::human_bytes(ring_bytes as f64),
         ),
         bytes_per_sec: median(&rates).unwrap_or(0.0),
     }
@@ -535,15 +592,15 @@ struct FillRing {
 }
 
 impl FillRing {
-    /// A ring with every page faulted in and written once (one pass, untimed).
-    fn new(fragment: usize) -> Self {
+    /// A ring of `bytes` with every page faulted in and written once (one pass, untimed).
+    fn new(fragment: usize, bytes: usize) -> Self {
         let mut r = FillRing {
             src: (0..fragment + 4096).map(|i| (i * 131 + 7) as u8).collect(),
-            ring: vec![0x11; FILL_RING_BYTES],
+            ring: vec![0x11; bytes],
             fragment,
             next: 0,
         };
-        std::hint::black_box(r.fill(FILL_RING_BYTES / fragment));
+        std::hint::black_box(r.fill(bytes / fragment));
         r
     }
 
@@ -563,7 +620,7 @@ impl FillRing {
     }
 
     /// Bytes per second over about `duration` (the clock read every 1 MiB or so).
-    fn rate_for(mut self, duration: Duration) -> f64 {
+    fn rate_for(&mut self, duration: Duration) -> f64 {
         let step = ((1 << 20) / self.fragment).max(1);
         let started = Instant::now();
         let mut bytes = 0u64;
@@ -750,11 +807,31 @@ mod tests {
     }
 
     #[test]
+    fn the_fill_ring_is_past_the_largest_cache() {
+        assert_eq!(parse_cache_size("48K"), Some(48 << 10));
+        assert_eq!(parse_cache_size("491520K"), Some(480 << 20));
+        assert_eq!(parse_cache_size("32M"), Some(32 << 20));
+        assert_eq!(parse_cache_size(""), None);
+        assert_eq!(parse_cache_size("12"), None);
+        assert_eq!(parse_cache_size("K"), None);
+        let ring = fill_ring_bytes();
+        assert!(
+            (FILL_RING_MIN_BYTES..=FILL_RING_MAX_BYTES).contains(&ring),
+            "{ring}"
+        );
+    }
+
+    #[test]
     fn copy_and_checksum_is_measured_for_odd_sizes_and_threads() {
         // A fragment that does not divide the ring, one larger than its clamp, and 2 threads.
         for (fragment, threads) in [(10_240, 1), (1000, 2), (1 << 30, 1)] {
-            let limit =
-                fill_and_checksum_bandwidth(fragment, threads, Duration::from_millis(10), 1);
+            let limit = fill_and_checksum_in_rings(
+                FILL_RING_MIN_BYTES,
+                fragment,
+                threads,
+                Duration::from_millis(10),
+                2,
+            );
             assert!(limit.bytes_per_sec > 0.0, "{limit:?}");
             assert!(
                 limit.name.contains(&format!("{threads} thread(s)")),
