@@ -451,7 +451,8 @@ pub fn run(cfg: &Config) -> Result<Report> {
         Op::Get => limits::memcpy_bandwidth(cfg.threads, MEMCPY_BUFFER_BYTES, LIMIT_RUN, 3),
     };
     let synced_limit = synced_limit(&base, cfg);
-    let fresh_limit = fresh_limit(&base, cfg);
+    // Its files stay held until the runs end (dropped with `_fresh_pages` below).
+    let (fresh_limit, _fresh_pages) = fresh_limit(&base, cfg).unzip();
     let mut runs = Vec::with_capacity(cfg.repeat);
     let mut domain = (Domain::Volatile, "mapped");
     let mut key_count = None;
@@ -618,13 +619,14 @@ fn synced_limit(base: &std::path::Path, cfg: &Config) -> Option<Limit> {
 /// For a put into a fresh store on a memory file system, neither preallocated nor recycling
 /// (`--keep`): the rate of copying into new pages of that file system, which bounds any
 /// writer there until files are reused (the memcpy limit assumes pages already in place).
-/// `None` otherwise, or where the probe fails.
-fn fresh_limit(base: &std::path::Path, cfg: &Config) -> Option<Limit> {
+/// The probe's files come back with it, to be held through the runs (see
+/// [`limits::fresh_pages_bandwidth_holding`]). `None` otherwise, or where the probe fails.
+fn fresh_limit(base: &std::path::Path, cfg: &Config) -> Option<(Limit, limits::HeldPages)> {
     let fresh = cfg.op == Op::Put && cfg.preallocate.is_none() && cfg.keep == 0;
     if !fresh || !limits::is_memory_fs(base) {
         return None;
     }
-    limits::fresh_pages_bandwidth(base, LIMIT_RUN, 2 << 30, 3).ok()
+    limits::fresh_pages_bandwidth_holding(base, LIMIT_RUN, 1 << 30, 3).ok()
 }
 
 /// Header and a 16-byte key: what a record adds to its value, rounded up.

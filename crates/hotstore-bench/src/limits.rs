@@ -652,6 +652,25 @@ pub fn fresh_pages_bandwidth(
     max_bytes: u64,
     repeats: usize,
 ) -> io::Result<Limit> {
+    fresh_pages_bandwidth_holding(dir, duration, max_bytes, repeats).map(|(limit, _)| limit)
+}
+
+/// The files [`fresh_pages_bandwidth_holding`] wrote, removed (and their pages freed) on drop.
+pub struct HeldPages {
+    _files: Vec<(std::fs::File, SharedMap)>,
+    _scratch: crate::scratch::ScratchDir,
+}
+
+/// [`fresh_pages_bandwidth`], with its files kept until the caller drops them: a benchmark
+/// that measures a store after the probe holds them through its runs, so the store does not
+/// take the pages the probe would free (which a guest with free page reporting hands out far
+/// faster than pages it gave back to the host).
+pub fn fresh_pages_bandwidth_holding(
+    dir: &Path,
+    duration: Duration,
+    max_bytes: u64,
+    repeats: usize,
+) -> io::Result<(Limit, HeldPages)> {
     // A page touched past the file system's space would kill the process (SIGBUS), so all the
     // files held must fit twice over.
     let cap = probe_cap(
@@ -690,10 +709,17 @@ pub fn fresh_pages_bandwidth(
             rates.push(per_sec(bytes, busy));
         }
     }
-    Ok(Limit {
+    let limit = Limit {
         name: "memcpy into new pages of this file system (64 MiB files, held, first touch)".into(),
         bytes_per_sec: median(&rates).unwrap_or(0.0),
-    })
+    };
+    Ok((
+        limit,
+        HeldPages {
+            _files: held,
+            _scratch: scratch,
+        },
+    ))
 }
 
 /// A shared read-write mapping of a whole file, unmapped on drop.
