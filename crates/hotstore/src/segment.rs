@@ -373,6 +373,28 @@ impl Segment {
         *synced = 0;
     }
 
+    /// Zeroes the header slot of the segment's next record at `at` (if the file has room for
+    /// one), so that a scan after a crash of the process stops there on zeros (never written)
+    /// rather than on bytes an earlier use of a recycled file left: it reported those as a torn
+    /// tail, several per reopen after a kill -9 of a store that recycles. `bulk`: through the
+    /// medium, as the record's own bytes were (see [`Segment::write_body`]).
+    ///
+    /// # Safety
+    /// The caller holds the lane that owns this segment and `at` is past `end`.
+    pub unsafe fn clear_next_header(&self, at: usize, bulk: bool) -> crate::Result<()> {
+        if at + HEADER_LEN > self.region.len() {
+            return Ok(());
+        }
+        if bulk {
+            // Safety: the caller's contract.
+            unsafe { self.region.write(at, &[0u8; HEADER_LEN], true) }
+        } else {
+            // Safety: the caller's contract.
+            unsafe { self.write_at(at, &[0u8; HEADER_LEN]) };
+            Ok(())
+        }
+    }
+
     /// Clears the torn record found at `end` by recovery (zeroes its header slot, durably), so
     /// the tail can take new records: a new record's body written under the old header, then a
     /// crash before its own header, must not make that header valid again.

@@ -368,6 +368,7 @@ impl Inner {
                 // Safety: unpublished space of the relocation lane's segment, which we hold.
                 unsafe {
                     dst.write_at(doff + HEADER_LEN, body);
+                    dst.clear_next_header(doff + rec_len, false)?;
                     dst.write_at(doff, &header);
                 }
                 dst.dead_bytes.fetch_add(rec_len as u64, Ordering::Relaxed);

@@ -611,6 +611,11 @@ impl Inner {
         let flags = seg.sync_flags(off, persisted);
         let header =
             record::encode_header_with(seg.id, kind, flags, key.len(), value_len, lsn, body_crc);
+        // Safety: the next record's header slot, past our unpublished record.
+        if let Err(e) = unsafe { seg.clear_next_header(off + rec_len, is_bulk(value_len)) } {
+            self.poison(&e);
+            return Err(e);
+        }
         if is_bulk(value_len) {
             // Through the medium like the value (pwrite on block tiers), so the header never
             // waits on a page under write-back. A failure leaves the record unpublished.
