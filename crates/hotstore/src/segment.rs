@@ -38,6 +38,10 @@ pub const SEGMENT_MAGIC: [u8; 8] = *b"HOTSEG\0\x01";
 /// Segment format version.
 pub const SEGMENT_VERSION: u32 = 1;
 const USED_HEADER_LEN: usize = 64;
+/// Zeros for a record's padding and the next record's header slot (see
+/// [`Segment::clear_next_header`]).
+static NEXT_HEADER_ZEROS: [u8; record::RECORD_ALIGN + HEADER_LEN] =
+    [0; record::RECORD_ALIGN + HEADER_LEN];
 
 /// File name of slot `slot`.
 pub fn file_name(slot: u32) -> String {
@@ -373,26 +377,30 @@ impl Segment {
         *synced = 0;
     }
 
-    /// Zeroes the header slot of the segment's next record at `at` (if the file has room for
-    /// one), so that a scan after a crash of the process stops there on zeros (never written)
+    /// Zeroes the header slot of the segment's next record at `at` (as much of it as the file
+    /// has), so that a scan after a crash of the process stops there on zeros (never written)
     /// rather than on bytes an earlier use of a recycled file left: it reported those as a torn
-    /// tail, several per reopen after a kill -9 of a store that recycles. `bulk`: through the
-    /// medium, as the record's own bytes were (see [`Segment::write_body`]).
+    /// tail, several per reopen after a kill -9 of a store that recycles. Through the mapping:
+    /// for records written so; a bulk record's writer passes [`Segment::zeros_to_next_header`]
+    /// with its body instead (one `pwritev` on block tiers, not another call).
     ///
     /// # Safety
     /// The caller holds the lane that owns this segment and `at` is past `end`.
-    pub unsafe fn clear_next_header(&self, at: usize, bulk: bool) -> crate::Result<()> {
-        if at + HEADER_LEN > self.region.len() {
-            return Ok(());
+    pub unsafe fn clear_next_header(&self, at: usize) {
+        let end = (at + HEADER_LEN).min(self.region.len());
+        if end > at {
+            // Safety: the caller's contract; in bounds (clipped above).
+            unsafe { self.write_at(at, &NEXT_HEADER_ZEROS[..end - at]) };
         }
-        if bulk {
-            // Safety: the caller's contract.
-            unsafe { self.region.write(at, &[0u8; HEADER_LEN], true) }
-        } else {
-            // Safety: the caller's contract.
-            unsafe { self.write_at(at, &[0u8; HEADER_LEN]) };
-            Ok(())
-        }
+    }
+
+    /// The zeros that follow a record's body ending at `body_end` (its record, padding
+    /// included, ends at `rec_end`) through the next record's header slot, clipped at the end
+    /// of the file: written with the body, they do what [`Segment::clear_next_header`] does.
+    pub fn zeros_to_next_header(&self, body_end: usize, rec_end: usize) -> &'static [u8] {
+        debug_assert!(rec_end >= body_end && rec_end - body_end < record::RECORD_ALIGN);
+        let end = (rec_end + HEADER_LEN).min(self.region.len());
+        &NEXT_HEADER_ZEROS[..end.saturating_sub(body_end)]
     }
 
     /// Clears the torn record found at `end` by recovery (zeroes its header slot, durably), so

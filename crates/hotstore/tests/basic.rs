@@ -231,6 +231,52 @@ fn a_value_put_in_parts_reads_back_whole_and_survives_reopen() {
     assert_eq!(store.get(b"small").unwrap().unwrap(), b"abc");
 }
 
+/// A put of the most parts there are, as large records on a block tier: buffered (one
+/// `pwritev` of key, parts and the zeros through the next header slot) and direct (whole
+/// blocks past the page cache, where the file system takes O_DIRECT).
+#[test]
+fn a_put_of_the_most_parts_is_written_whole_buffered_and_direct() {
+    let dir = tempfile::tempdir().unwrap();
+    let parts: Vec<Vec<u8>> = (0..hotstore::MAX_VALUE_PARTS)
+        .map(|i| vec![i as u8 + 1; 333 + 1013 * i])
+        .collect();
+    let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+    let whole = parts.concat();
+    let open = || {
+        Store::builder(dir.path())
+            .direct_io_min_value_bytes(16 << 10)
+            .open()
+            .unwrap()
+    };
+    {
+        let store = open();
+        // 23 KiB: past the direct threshold; its first three parts (3.4 KiB): bulk, buffered.
+        store
+            .put_parts_with(b"direct", &refs, hotstore::Durability::Persisted.into())
+            .unwrap();
+        store
+            .put_parts_with(
+                b"buffered",
+                &refs[..3],
+                hotstore::Durability::Persisted.into(),
+            )
+            .unwrap();
+        store
+            .put(b"after", b"small", hotstore::Durability::Persisted)
+            .unwrap();
+        assert_eq!(store.get(b"direct").unwrap().unwrap(), whole);
+        store.close().unwrap();
+    }
+    let store = open();
+    assert_eq!(store.get(b"direct").unwrap().unwrap(), whole);
+    assert_eq!(
+        store.get(b"buffered").unwrap().unwrap(),
+        parts[..3].concat()
+    );
+    assert_eq!(store.get(b"after").unwrap().unwrap(), b"small");
+    assert!(store.recovery_report().torn_tails.is_empty());
+}
+
 /// Found by a new-user review (nineteenth session): a store open elsewhere was refused
 /// without naming the process holding it or what to do.
 #[test]

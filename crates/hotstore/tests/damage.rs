@@ -690,7 +690,7 @@ fn a_damaged_reclaim_intent_is_reported_not_ignored() {
 /// a reused file were its earlier use's records, which a scan cannot tell from a torn one.
 /// Nothing was torn: a process crash keeps the page cache, and a record is written header
 /// last. Writers now keep the header slot after their record zero, so the scan ends on "never
-/// written"; recycled files, the removals' small files and relocation's copies alike.
+/// written"; puts, reservations, removals and event records alike.
 #[test]
 fn a_kill_minus_9_of_a_recycling_store_reports_no_torn_tail() {
     use hotstore::{EventPolicy, TierSpec};
@@ -720,6 +720,13 @@ fn a_kill_minus_9_of_a_recycling_store_reports_no_torn_tail() {
             if i % 7 == 0 {
                 s.remove(&((i + 3) % 50).to_le_bytes(), Durability::Memory)
                     .unwrap();
+            }
+            if i % 5 == 0 {
+                // Reserved and filled in place (minidaq's readout), small and bulk.
+                let len = if i % 10 == 0 { 3000 } else { 300 };
+                let mut r = s.reserve(&(50 + i % 20).to_le_bytes(), len).unwrap();
+                r.fill(0, &vec![i as u8; len]);
+                r.commit(Durability::Memory).unwrap();
             }
             if i % 11 == 0 {
                 // An event record (a fragment, then its removal as one record).

@@ -225,6 +225,10 @@ impl FileMedium {
     }
 }
 
+/// Most parts one `pwritev` of `write_parts` takes: a put's key, its value parts
+/// (`MAX_VALUE_PARTS`) and the zeros through the next record's header slot.
+const PWRITEV_PARTS: usize = 9;
+
 /// How a mapping is prepared (see [`FileMedium::map`]).
 #[derive(Clone, Copy)]
 enum Fill {
@@ -481,7 +485,7 @@ impl Region for MappedFile {
     }
 
     unsafe fn write_parts(&self, offset: usize, parts: &[&[u8]], bulk: bool) -> Result<()> {
-        if !(self.domain == Domain::Block && bulk) || parts.len() > 8 {
+        if !(self.domain == Domain::Block && bulk) || parts.len() > PWRITEV_PARTS {
             let mut at = offset;
             for p in parts {
                 // Safety: the caller's contract covers every part's sub-range.
@@ -501,7 +505,7 @@ impl Region for MappedFile {
         let mut iov = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
-        }; 8];
+        }; PWRITEV_PARTS];
         for (v, p) in iov.iter_mut().zip(parts) {
             v.iov_base = p.as_ptr() as *mut libc::c_void;
             v.iov_len = p.len();
@@ -554,7 +558,7 @@ impl Region for MappedFile {
             "write past the end of {}",
             self.path.display()
         );
-        let mut buf = [&[][..]; 8];
+        let mut buf = [&[][..]; PWRITEV_PARTS];
         for (from, to, direct) in [(offset, a, false), (a, b, true), (b, offset + total, false)] {
             let n = super::sub_parts(parts, from - offset, to - offset, &mut buf);
             if n == 0 {

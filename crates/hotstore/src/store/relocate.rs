@@ -368,7 +368,7 @@ impl Inner {
                 // Safety: unpublished space of the relocation lane's segment, which we hold.
                 unsafe {
                     dst.write_at(doff + HEADER_LEN, body);
-                    dst.clear_next_header(doff + rec_len, false)?;
+                    dst.clear_next_header(doff + rec_len);
                     dst.write_at(doff, &header);
                 }
                 dst.dead_bytes.fetch_add(rec_len as u64, Ordering::Relaxed);
@@ -426,12 +426,26 @@ impl Inner {
         let body_crc = record::body_checksum(key, value);
         let mut lane = self.relocator.lanes[tier].lock();
         let (dst, doff) = self.relocation_room(&mut lane, len, tier)?;
+        // A bulk copy zeroes the next header slot with its body (see `write_header`).
+        let body_end = doff + HEADER_LEN + key.len() + value.len();
+        let zeros = if is_bulk(h.value_len) {
+            dst.zeros_to_next_header(body_end, doff + h.record_len())
+        } else {
+            &[]
+        };
         let written = if h.value_len >= self.direct_min {
             // Safety: unpublished space of the relocation lane's segment, which we hold.
-            unsafe { dst.write_body_parts_direct(doff + HEADER_LEN, &[key, value]) }.map(|_| ())
+            unsafe { dst.write_body_parts_direct(doff + HEADER_LEN, &[key, value, zeros]) }
+                .map(|_| ())
         } else {
             // Safety: as above.
-            unsafe { dst.write_body_parts(doff + HEADER_LEN, &[key, value], is_bulk(h.value_len)) }
+            unsafe {
+                dst.write_body_parts(
+                    doff + HEADER_LEN,
+                    &[key, value, zeros],
+                    is_bulk(h.value_len),
+                )
+            }
         };
         if let Err(e) = written {
             self.poison(&e);
