@@ -228,6 +228,7 @@ impl FileMedium {
 /// Most parts one `pwritev` of `write_parts` takes: a put's key, its value parts
 /// (`MAX_VALUE_PARTS`) and the zeros through the next record's header slot.
 const PWRITEV_PARTS: usize = 9;
+const _: () = assert!(PWRITEV_PARTS >= crate::store::MAX_VALUE_PARTS + 2);
 
 /// How a mapping is prepared (see [`FileMedium::map`]).
 #[derive(Clone, Copy)]

@@ -216,6 +216,16 @@ impl Inner {
             self.poison(&e);
             return Err(e);
         }
+        // The first record's header slot: every later one is zeroed by the record before it
+        // (`Segment::clear_next_header`), this one by nobody, so a kill -9 before the first
+        // record of a reused file was published reported a torn tail at 4096 (found in
+        // review). Through the medium (a pwrite on block tiers): the first record may go by
+        // direct I/O, which wants none of its blocks mapped writable.
+        // Safety: nobody else has this incarnation yet; the slot is past `end`.
+        if let Err(e) = unsafe { seg.write_body(SEGMENT_HEADER_LEN, &[0; HEADER_LEN], true) } {
+            self.poison(&e);
+            return Err(e);
+        }
         self.segments.lock().insert(id, seg.clone());
         Ok(seg)
     }

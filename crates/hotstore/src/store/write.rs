@@ -629,7 +629,9 @@ impl Inner {
         let header =
             record::encode_header_with(seg.id, kind, flags, key.len(), value_len, lsn, body_crc);
         if !is_bulk(value_len) {
-            // A bulk record's writer zeroed it with the body (`zeros_to_next_header`).
+            // A bulk record's writer zeroed it before the shard lock: a put and a relocated
+            // copy with the body (`zeros_to_next_header`), a reservation at its commit. Every
+            // caller of `write_header` with a bulk value must (the three above do).
             // Safety: the next record's header slot, past our unpublished record.
             unsafe { seg.clear_next_header(off + rec_len) };
         }
