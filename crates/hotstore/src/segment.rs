@@ -380,9 +380,10 @@ impl Segment {
     /// Zeroes the header slot of the segment's next record at `at` (as much of it as the file
     /// has), so that a scan after a crash of the process stops there on zeros (never written)
     /// rather than on bytes an earlier use of a recycled file left: it reported those as a torn
-    /// tail, several per reopen after a kill -9 of a store that recycles. Through the mapping:
-    /// for records written so; a bulk record's writer passes [`Segment::zeros_to_next_header`]
-    /// with its body instead (one `pwritev` on block tiers, not another call).
+    /// tail, several per reopen after a kill -9 of a store that recycles. Through the mapping
+    /// (removals, event records, reservations); a put's writer passes
+    /// [`Segment::zeros_to_next_header`] with its body instead (one `pwritev` on block tiers,
+    /// not another call).
     ///
     /// # Safety
     /// The caller holds the lane that owns this segment and `at` is past `end`.

@@ -863,7 +863,12 @@ fn the_guarantee_holds_for_large_values_with_removals() {
     let mut next = 0u32;
     let mut written = 0u64;
     let mut full_at: Vec<(u64, u64)> = Vec::new();
-    while written < 1500 * MIB {
+    // Whether and when a segment is moved alone depends on the maintenance thread's timing:
+    // about one run in ten made no copy forward in 1500 MiB (twenty-sixth session), so the
+    // run goes on, up to three times as long, until one is made.
+    while written < 1500 * MIB
+        || (s.stats().relocation.forwarded_records == 0 && written < 4500 * MIB)
+    {
         let len = size(&mut rng);
         let st = s.stats();
         // The guarantee, less the largest value: a put that would pass it is not promised.

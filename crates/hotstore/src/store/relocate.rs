@@ -426,13 +426,9 @@ impl Inner {
         let body_crc = record::body_checksum(key, value);
         let mut lane = self.relocator.lanes[tier].lock();
         let (dst, doff) = self.relocation_room(&mut lane, len, tier)?;
-        // A bulk copy zeroes the next header slot with its body (see `write_header`).
+        // A copied put zeroes the next header slot with its body (see `write_header`).
         let body_end = doff + HEADER_LEN + key.len() + value.len();
-        let zeros = if is_bulk(h.value_len) {
-            dst.zeros_to_next_header(body_end, doff + h.record_len())
-        } else {
-            &[]
-        };
+        let zeros = dst.zeros_to_next_header(body_end, doff + h.record_len());
         let written = if h.value_len >= self.direct_min {
             // The zeros apart: counted in the direct write, they could take the block where the
             // next record starts into its aligned interior (found in review).

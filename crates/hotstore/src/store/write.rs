@@ -47,17 +47,14 @@ impl Store {
         // single store through the mapping would map its page writable, and every write-back of
         // that page then costs a TLB shoot-down and a page fault (25% of the time in a profile).
         let bulk = is_bulk(value_len);
-        // Key, value parts and, for a bulk record, the zeros through the next header slot.
+        // Key, value parts and the zeros through the next header slot (written here, before
+        // the shard lock, not by `write_header`: a page fault there held the lock).
         let mut all: [&[u8]; MAX_VALUE_PARTS + 2] = [&[]; MAX_VALUE_PARTS + 2];
         all[0] = key;
         all[1..=parts.len()].copy_from_slice(parts);
-        let mut n = parts.len() + 1;
-        if bulk {
-            let body_end = off + HEADER_LEN + key.len() + value_len;
-            all[n] = seg.zeros_to_next_header(body_end, off + rec_len);
-            n += 1;
-        }
-        let all = &all[..n];
+        let body_end = off + HEADER_LEN + key.len() + value_len;
+        all[parts.len() + 1] = seg.zeros_to_next_header(body_end, off + rec_len);
+        let all = &all[..parts.len() + 2];
         let written = if value_len >= self.inner.direct_min {
             // Safety: as above.
             unsafe { seg.write_body_parts_direct(off + HEADER_LEN, all) }.map(|_| ())
@@ -447,16 +444,14 @@ impl<'a> Reservation<'a> {
             kv.split_at(self.key_len)
         };
         let body_crc = record::body_checksum(key, value);
-        if is_bulk(self.value_len) {
-            // Filled through the mapping, so zeroed so too (`write_header` does a small
-            // record's); after the fill, next to the bytes it just wrote: zeroed at `reserve`,
-            // 10 KiB ahead of the fill, it cost minidaq's readout 9%.
-            // Safety: the next record's header slot, past our unpublished record.
-            unsafe {
-                self.seg
-                    .clear_next_header(self.off + record::record_len(self.key_len, self.value_len))
-            };
-        }
+        // The next header slot, zeroed through the mapping as the value was filled, before the
+        // shard lock (see `write_header`); after the fill, next to the bytes it just wrote:
+        // zeroed at `reserve`, 10 KiB ahead of the fill, it cost minidaq's readout 9%.
+        // Safety: the next record's header slot, past our unpublished record.
+        unsafe {
+            self.seg
+                .clear_next_header(self.off + record::record_len(self.key_len, self.value_len))
+        };
         // Pinned while the lane is held: the active segment cannot be recycled yet.
         let pinned = pin.then(|| {
             crate::ValueRef::new(
@@ -628,10 +623,10 @@ impl Inner {
         let flags = seg.sync_flags(off, persisted);
         let header =
             record::encode_header_with(seg.id, kind, flags, key.len(), value_len, lsn, body_crc);
-        if !is_bulk(value_len) {
-            // A bulk record's writer zeroed it before the shard lock: a put and a relocated
-            // copy with the body (`zeros_to_next_header`), a reservation at its commit. Every
-            // caller of `write_header` with a bulk value must (the three above do).
+        if kind != Kind::Put {
+            // A put's writer zeroed it before the shard lock: a put and a relocated copy with
+            // the body (`zeros_to_next_header`), a reservation at its commit. Every caller of
+            // `write_header` with a put must (the three above do).
             // Safety: the next record's header slot, past our unpublished record.
             unsafe { seg.clear_next_header(off + rec_len) };
         }
