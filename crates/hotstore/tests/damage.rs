@@ -693,34 +693,14 @@ fn a_damaged_reclaim_intent_is_reported_not_ignored() {
 /// written"; puts, reservations, removals and event records alike.
 #[test]
 fn a_kill_minus_9_of_a_recycling_store_reports_no_torn_tail() {
-    use hotstore::{EventPolicy, TierSpec};
+    use hotstore::EventPolicy;
     for round in 0..8u32 {
         let m = FaultMedium::new("recycling");
-        let bounded = |m: &Arc<FaultMedium>| {
-            Store::builder("/recycling")
-                .segment_size_bytes(SEGMENT_BYTES)
-                .lanes(1)
-                .recovery(RecoveryMode::Strict)
-                .media(vec![m.clone()])
-                .tier(TierSpec::new(".").capacity_bytes(16 * SEGMENT_BYTES as u64))
-                .open()
-                .unwrap()
-        };
-        let s = bounded(&m);
+        let s = recycling(&m);
         s.set_event_policy(EventPolicy::expecting(1)).unwrap();
         let n = 2000 + round * 37;
         for i in 0..n {
-            let len = 500 + (i as usize * 7919) % 3000;
-            s.put(
-                &(i % 50).to_le_bytes(),
-                &vec![i as u8; len],
-                Durability::Memory,
-            )
-            .unwrap();
-            if i % 7 == 0 {
-                s.remove(&((i + 3) % 50).to_le_bytes(), Durability::Memory)
-                    .unwrap();
-            }
+            churn(&s, i);
             if i % 5 == 0 {
                 // Reserved and filled in place (minidaq's readout), small and bulk.
                 let len = if i % 10 == 0 { 3000 } else { 300 };
@@ -745,7 +725,7 @@ fn a_kill_minus_9_of_a_recycling_store_reports_no_torn_tail() {
         assert!(reused, "round {round}: the files were recycled");
         let killed = m.process_crash();
         drop(s);
-        let s = bounded(&killed);
+        let s = recycling(&killed);
         let r = s.recovery_report();
         assert!(r.segments_scanned > 0, "round {round}: {r:?}");
         assert!(
@@ -768,6 +748,22 @@ fn recycling(m: &Arc<FaultMedium>) -> Store {
         .unwrap()
 }
 
+/// Step `i` of the recycling workload: a put of one of 50 keys (500-3500 bytes, so files
+/// fill and are reused) and, every seventh step, the removal of another.
+fn churn(s: &Store, i: u32) {
+    let len = 500 + (i as usize * 7919) % 3000;
+    s.put(
+        &(i % 50).to_le_bytes(),
+        &vec![i as u8; len],
+        Durability::Memory,
+    )
+    .unwrap();
+    if i.is_multiple_of(7) {
+        s.remove(&((i + 3) % 50).to_le_bytes(), Durability::Memory)
+            .unwrap();
+    }
+}
+
 /// Found in review (twenty-sixth session): relocation's copies zero the next header slot
 /// too (the test above never relocates: this one compacts before the kill), and nothing is
 /// lost or revived by the kill.
@@ -777,17 +773,7 @@ fn relocated_copies_leave_no_torn_tail_after_a_kill_minus_9() {
         let m = FaultMedium::new("recycling");
         let s = recycling(&m);
         for i in 0..2000 + round * 37 {
-            let len = 500 + (i as usize * 7919) % 3000;
-            s.put(
-                &(i % 50).to_le_bytes(),
-                &vec![i as u8; len],
-                Durability::Memory,
-            )
-            .unwrap();
-            if i % 7 == 0 {
-                s.remove(&((i + 3) % 50).to_le_bytes(), Durability::Memory)
-                    .unwrap();
-            }
+            churn(&s, i);
             if i % 5 == 0 {
                 // Keys written once in a while: live records spread over the files, which
                 // the compaction moves.
