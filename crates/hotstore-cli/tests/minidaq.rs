@@ -204,7 +204,7 @@ fn a_memory_store_reports_the_readout_against_its_own_work() {
     let text = minidaq(&base);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
-        text.contains("work:    copy + crc32c of 1.00 KiB"),
+        text.contains("work:    crc32c + engine copy of 1.00 KiB"),
         "{text}"
     );
     assert!(

@@ -43,6 +43,13 @@ mod verify;
 /// crc32c (Castagnoli), the checksum the engine computes over every record: for tools that
 /// measure or check the same work (`hotstore minidaq`'s limit for a readout's work).
 pub use checksum::crc32c;
+
+/// Copies `src` into `dst` (as long) the way the engine copies a value into a segment: a vector
+/// loop for kilobytes, stores that bypass the cache from 4 KiB on. For benchmarks that measure
+/// a write's own work apart from the store's bookkeeping (`minidaq`'s `work:` limit).
+pub fn copy_value(dst: &mut [u8], src: &[u8]) {
+    copy::copy_into(dst, src)
+}
 pub use error::{Error, Result};
 pub use events::{
     Ack, Claim, ClaimToken, ConsumerInfo, EventCounts, EventId, EventInfo, EventInterest,
