@@ -193,6 +193,15 @@ pub struct Report {
     fresh_limit_bytes_per_sec: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     fresh_ratio: Option<f64>,
+    /// Put of values from 4 KiB on a memory file system: the put's own work alone, a crc32c of
+    /// each value and the engine's copy of it into memory not touched lately (stores past the
+    /// cache), which beats memcpy of large buffers where that one reads each line it writes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    work_limit_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    work_limit_bytes_per_sec: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    work_ratio: Option<f64>,
     repeat: usize,
     runs: Vec<Run>,
     /// Peers measured in the same run (`--vs`), medians of as many runs.
@@ -451,6 +460,7 @@ pub fn run(cfg: &Config) -> Result<Report> {
         Op::Get => limits::memcpy_bandwidth(cfg.threads, MEMCPY_BUFFER_BYTES, LIMIT_RUN, 3),
     };
     let synced_limit = synced_limit(&base, cfg);
+    let work_limit = work_limit(&base, cfg);
     // Its files stay held until the runs end (dropped with `_fresh_pages` below).
     let (fresh_limit, _fresh_pages) = fresh_limit(&base, cfg).unzip();
     let mut runs = Vec::with_capacity(cfg.repeat);
@@ -559,6 +569,9 @@ pub fn run(cfg: &Config) -> Result<Report> {
     let fresh_ratio = fresh_limit
         .as_ref()
         .map(|l| m.bytes_per_sec / l.bytes_per_sec.max(1e-9));
+    let work_ratio = work_limit
+        .as_ref()
+        .map(|l| m.bytes_per_sec / l.bytes_per_sec.max(1e-9));
     Ok(Report {
         op: cfg.op,
         value_size: cfg.value_size,
@@ -594,6 +607,9 @@ pub fn run(cfg: &Config) -> Result<Report> {
         fresh_limit_name: fresh_limit.as_ref().map(|l| l.name.clone()),
         fresh_limit_bytes_per_sec: fresh_limit.map(|l| l.bytes_per_sec),
         fresh_ratio,
+        work_limit_name: work_limit.as_ref().map(|l| l.name.clone()),
+        work_limit_bytes_per_sec: work_limit.map(|l| l.bytes_per_sec),
+        work_ratio,
         repeat: cfg.repeat,
         runs,
         peers,
@@ -614,6 +630,30 @@ fn synced_limit(base: &std::path::Path, cfg: &Config) -> Option<Limit> {
         .next_multiple_of(4096)
         .min(64 << 20);
     limits::direct_synced_write_bandwidth(base, block, LIMIT_RUN, 4 << 30, 3).ok()
+}
+
+/// Values at least this long are copied past the cache by the engine (its `copy` module), so
+/// their puts get the `work:` limit beside memcpy.
+const WORK_LIMIT_FROM_VALUE_BYTES: u64 = 4096;
+
+/// For a put of values from [`WORK_LIMIT_FROM_VALUE_BYTES`] on a memory file system, the put's
+/// own work done alone (`limits::fill_and_checksum_bandwidth`): memcpy of large buffers reads
+/// every line it writes, and the engine's copy does not, so memcpy alone understates what the
+/// machine can do. `None` otherwise.
+fn work_limit(base: &std::path::Path, cfg: &Config) -> Option<Limit> {
+    let applies = cfg.op == Op::Put && cfg.value_size >= WORK_LIMIT_FROM_VALUE_BYTES;
+    if !applies || !limits::is_memory_fs(base) {
+        return None;
+    }
+    if cfg.progress {
+        eprintln!("measuring a checksum and copy of one value at a time ...");
+    }
+    Some(limits::fill_and_checksum_bandwidth(
+        cfg.value_size as usize,
+        cfg.threads,
+        Duration::from_millis(300),
+        3,
+    ))
 }
 
 /// For a put into a fresh store on a memory file system, neither preallocated nor recycling
@@ -764,6 +804,14 @@ impl fmt::Display for Report {
         ) {
             ratio += &format!(
                 "\nfresh:  {name}: {}/s (a fresh store's files are new pages); ratio {q:.3}",
+                human_bytes(b)
+            );
+        }
+        if let (Some(name), Some(b), Some(q)) =
+            (&r.work_limit_name, r.work_limit_bytes_per_sec, r.work_ratio)
+        {
+            ratio += &format!(
+                "\nwork:   {name}: {}/s (the put's own work done alone); ratio {q:.3}",
                 human_bytes(b)
             );
         }

@@ -574,7 +574,7 @@ fn fill_and_checksum_in_rings(
         .collect();
     Limit {
         name: format!(
-            "crc32c + engine copy of {} fragments into a {} ring, {threads} thread(s)",
+            "crc32c + engine copy of {} values into a {} ring, {threads} thread(s)",
             crate::util::human_bytes(fragment as f64),
             crate::util::human_bytes(ring_bytes as f64),
         ),

@@ -200,7 +200,7 @@ fn a_memory_store_reports_the_readout_against_its_own_work() {
     assert!(j["work_limit_bytes_per_sec"].as_f64().unwrap() > 0.0, "{j}");
     assert!(j["work_ratio"].as_f64().unwrap() > 0.0, "{j}");
     let name = j["work_limit_name"].as_str().unwrap();
-    assert!(name.contains("1.00 KiB fragments"), "{name}");
+    assert!(name.contains("1.00 KiB values"), "{name}");
     let text = minidaq(&base);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
