@@ -222,14 +222,6 @@ fn durability_name(d: Durability) -> &'static str {
     }
 }
 
-/// `MemAvailable` from /proc/meminfo.
-fn mem_available_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// Half the free space of the file system, and on a memory file system at most a quarter of
 /// the available RAM, in whole segments.
 fn auto_capacity(dir: &Path, segment_size: u64) -> Result<u64> {
@@ -241,7 +233,7 @@ fn auto_capacity(dir: &Path, segment_size: u64) -> Result<u64> {
     };
     let mut cap = free / 2;
     if limits::is_memory_fs(dir) {
-        if let Some(mem) = mem_available_bytes() {
+        if let Some(mem) = limits::mem_available_bytes() {
             cap = cap.min(mem / 4);
         }
     }

@@ -484,17 +484,23 @@ pub fn write_limit_for(dir: &Path, threads: usize, duration: Duration) -> Limit 
     }
 }
 
-/// Least bytes of the ring [`fill_and_checksum_bandwidth`] writes its fragments into.
+/// Least bytes of each thread's ring [`fill_and_checksum_bandwidth`] writes its fragments into
+/// (less only where a quarter of the available memory is less).
 const FILL_RING_MIN_BYTES: usize = 64 << 20;
 /// Most bytes of that ring, per thread.
 const FILL_RING_MAX_BYTES: usize = 2 << 30;
+/// Least bytes of a ring in any case.
+const FILL_RING_FLOOR_BYTES: usize = 8 << 20;
 
-/// Bytes of the ring [`fill_and_checksum_bandwidth`] writes into: twice the largest CPU cache
-/// the kernel reports (sysfs), at least 64 MiB, at most 2 GiB, so its slots are beyond the
-/// caches as a store's next free space is. Fix: a fixed 64 MiB ring on a machine with a
-/// 480 MiB last-level cache (this project's Xeon VM, 2026-11-29) gave 13.8-19.8 GiB/s, half
-/// again what 10 KiB copies into a 1 GiB ring make there.
-fn fill_ring_bytes() -> usize {
+/// Bytes of each of `threads` rings [`fill_and_checksum_bandwidth`] writes into: together twice
+/// the largest CPU cache the kernel reports (sysfs), each at least 64 MiB and at most 2 GiB, so
+/// their slots are beyond the caches as a store's next free space is; and together at most a
+/// quarter of the available memory. Fix: a fixed 64 MiB ring on a machine with a 480 MiB
+/// last-level cache (this project's Xeon VM, 2026-11-29) gave 13.8-19.8 GiB/s, half again what
+/// 10 KiB copies into a 1 GiB ring make there. Fix (review): a ring of twice the cache for
+/// each thread made `bench put --threads 32` ask for 30 GiB; the last-level cache is shared.
+fn fill_ring_bytes(threads: usize) -> usize {
+    let threads = threads.max(1);
     let largest = (0..8)
         .filter_map(|i| {
             std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size"))
@@ -503,7 +509,21 @@ fn fill_ring_bytes() -> usize {
         .filter_map(|t| parse_cache_size(t.trim()))
         .max()
         .unwrap_or(0);
-    (2 * largest).clamp(FILL_RING_MIN_BYTES, FILL_RING_MAX_BYTES)
+    let each = (2 * largest / threads).clamp(FILL_RING_MIN_BYTES, FILL_RING_MAX_BYTES);
+    match mem_available_bytes() {
+        Some(mem) => each
+            .min(usize::try_from(mem / 4).unwrap_or(usize::MAX) / threads)
+            .max(FILL_RING_FLOOR_BYTES),
+        None => each,
+    }
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes.
+pub fn mem_available_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// A sysfs cache size (`48K`, `2048K`, `32M`) in bytes.
@@ -533,7 +553,7 @@ pub fn fill_and_checksum_bandwidth(
     repeats: usize,
 ) -> Limit {
     fill_and_checksum_in_rings(
-        fill_ring_bytes(),
+        fill_ring_bytes(threads),
         fragment_bytes,
         threads,
         duration,
@@ -841,11 +861,20 @@ mod tests {
         assert_eq!(parse_cache_size(""), None);
         assert_eq!(parse_cache_size("12"), None);
         assert_eq!(parse_cache_size("K"), None);
-        let ring = fill_ring_bytes();
-        assert!(
-            (FILL_RING_MIN_BYTES..=FILL_RING_MAX_BYTES).contains(&ring),
-            "{ring}"
-        );
+        for threads in [1, 2, 64, 4096] {
+            let ring = fill_ring_bytes(threads);
+            assert!(
+                (FILL_RING_FLOOR_BYTES..=FILL_RING_MAX_BYTES).contains(&ring),
+                "{threads}: {ring}"
+            );
+            if let Some(mem) = mem_available_bytes() {
+                let all = (ring * threads) as u64;
+                assert!(
+                    all <= mem / 4 || ring == FILL_RING_FLOOR_BYTES,
+                    "{threads} rings of {ring} with {mem} available"
+                );
+            }
+        }
     }
 
     #[test]

@@ -26,8 +26,9 @@ const VECTOR_FROM_LEN: usize = 2048;
 /// Copies at least this long use non-temporal stores (see the module comment).
 pub(crate) const STREAM_FROM_LEN: usize = 4096;
 
-/// Copies `src` to `dst`. Every store is visible to other threads (and ordered before any later
-/// store of this thread) when it returns: a streaming copy ends with a store fence.
+/// Copies `src` to `dst`. Every store is ordered before any later store of this thread (a
+/// streaming copy ends with a store fence), so a reader that sees a later store sees the copy.
+/// Streaming needs AVX-512F; without it, and below 4 KiB, the stores are ordinary.
 ///
 /// # Safety
 /// `dst` must be valid for `src.len()` bytes of writes and must not overlap `src`.

@@ -382,7 +382,9 @@ impl Reservation<'_> {
     /// from a buffer does, with the engine's own copy (see `copy`: glibc's `memcpy` is up to a
     /// third slower for kilobytes into memory aligned unlike the source, on AMD Zen, and from
     /// 4 KiB the copy bypasses the cache). Fills made in order from the start are checksummed
-    /// from `bytes` as they are copied, so the commit does not read the value back.
+    /// from `bytes` as they are copied, so the commit does not read the value back: `bytes`
+    /// must not change during the call (memory a device writes into, for one), or the record
+    /// is stored with a checksum of other bytes and every read of it is refused.
     ///
     /// # Panics
     /// If `at + bytes.len()` is past the value's length (a caller's bug, like slicing past
@@ -396,11 +398,12 @@ impl Reservation<'_> {
                 self.value_len
             );
         };
-        self.filled = match self.filled {
+        let filled = match self.filled {
             Some((n, crc)) if n == at => Some((end, crate::checksum::crc32c_append(crc, bytes))),
             _ => None,
         };
         crate::copy::copy_into(&mut self.value_bytes()[at..end], bytes);
+        self.filled = filled;
     }
 
     /// Publishes the value and returns once `durability` holds.
