@@ -640,12 +640,7 @@ fn work_limit(base: &std::path::Path, cfg: &Config) -> Option<Limit> {
     if cfg.progress {
         eprintln!("measuring a checksum and copy of one value at a time ...");
     }
-    Some(limits::fill_and_checksum_bandwidth(
-        cfg.value_size as usize,
-        cfg.threads,
-        Duration::from_millis(300),
-        3,
-    ))
+    Some(limits::work_limit(cfg.value_size as usize, cfg.threads))
 }
 
 /// For a put into a fresh store on a memory file system, neither preallocated nor recycling

@@ -561,6 +561,12 @@ pub fn fill_and_checksum_bandwidth(
     )
 }
 
+/// The `work:` limit `minidaq` and `bench put` print: [`fill_and_checksum_bandwidth`] of
+/// `value_bytes` pieces on `threads` threads, the median of 3 runs of 300 ms.
+pub fn work_limit(value_bytes: usize, threads: usize) -> Limit {
+    fill_and_checksum_bandwidth(value_bytes, threads, Duration::from_millis(300), 3)
+}
+
 /// [`fill_and_checksum_bandwidth`] with rings of `ring_bytes`.
 fn fill_and_checksum_in_rings(
     ring_bytes: usize,

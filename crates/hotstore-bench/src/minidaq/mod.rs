@@ -400,11 +400,9 @@ fn measure_work_limit(cfg: &Config) -> Option<limits::Limit> {
     if cfg.progress {
         eprintln!("measuring copy + checksum of one fragment at a time ...");
     }
-    Some(limits::fill_and_checksum_bandwidth(
+    Some(limits::work_limit(
         cfg.fragment_size as usize,
         cfg.readout_threads,
-        Duration::from_millis(300),
-        3,
     ))
 }
 
