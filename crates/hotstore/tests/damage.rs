@@ -751,17 +751,17 @@ fn recycling(m: &Arc<FaultMedium>) -> Store {
 /// Step `i` of the recycling workload: a put of one of 50 keys (500-3500 bytes, so files
 /// fill and are reused) and, every seventh step, the removal of another.
 fn churn(s: &Store, i: u32) {
-    let len = 500 + (i as usize * 7919) % 3000;
-    s.put(
-        &(i % 50).to_le_bytes(),
-        &vec![i as u8; len],
-        Durability::Memory,
-    )
-    .unwrap();
+    put_filled(s, i % 50, 500 + (i as usize * 7919) % 3000, i as u8);
     if i.is_multiple_of(7) {
         s.remove(&((i + 3) % 50).to_le_bytes(), Durability::Memory)
             .unwrap();
     }
+}
+
+/// A `Memory` put of `len` bytes of `byte` under the 4-byte key `key`.
+fn put_filled(s: &Store, key: u32, len: usize, byte: u8) {
+    s.put(&key.to_le_bytes(), &vec![byte; len], Durability::Memory)
+        .unwrap();
 }
 
 /// Found in review (twenty-sixth session): relocation's copies zero the next header slot
@@ -778,12 +778,7 @@ fn relocated_copies_leave_no_torn_tail_after_a_kill_minus_9() {
                 // Keys written once in a while: live records spread over the files, which
                 // the compaction moves.
                 let len = if i % 10 == 0 { 3000 } else { 300 };
-                s.put(
-                    &(50 + i % 20).to_le_bytes(),
-                    &vec![i as u8; len],
-                    Durability::Memory,
-                )
-                .unwrap();
+                put_filled(&s, 50 + i % 20, len, i as u8);
             }
         }
         s.compact(|_, _| {}).unwrap();
@@ -810,13 +805,7 @@ fn a_kill_minus_9_during_the_first_record_of_a_reused_file_reports_no_torn_tail(
     let m = FaultMedium::new("recycling");
     let s = recycling(&m);
     for i in 0..3000u32 {
-        let len = 500 + (i as usize * 7919) % 3000;
-        s.put(
-            &(i % 50).to_le_bytes(),
-            &vec![i as u8; len],
-            Durability::Memory,
-        )
-        .unwrap();
+        put_filled(&s, i % 50, 500 + (i as usize * 7919) % 3000, i as u8);
     }
     assert!(
         s.stats().tiers[0].created.files < 3000 * 2000 / SEGMENT_BYTES as u64,
