@@ -555,15 +555,13 @@ pub fn run(cfg: &Config) -> Result<Report> {
     let copy_ratio = m
         .copy_bytes_per_sec
         .map(|b| b / limit.bytes_per_sec.max(1e-9));
-    let synced_ratio = synced_limit
-        .as_ref()
-        .map(|l| m.bytes_per_sec / l.bytes_per_sec.max(1e-9));
-    let fresh_ratio = fresh_limit
-        .as_ref()
-        .map(|l| m.bytes_per_sec / l.bytes_per_sec.max(1e-9));
-    let work_ratio = work_limit
-        .as_ref()
-        .map(|l| m.bytes_per_sec / l.bytes_per_sec.max(1e-9));
+    let over = |l: &Option<Limit>| {
+        l.as_ref()
+            .map(|l| m.bytes_per_sec / l.bytes_per_sec.max(1e-9))
+    };
+    let synced_ratio = over(&synced_limit);
+    let fresh_ratio = over(&fresh_limit);
+    let work_ratio = over(&work_limit);
     Ok(Report {
         op: cfg.op,
         value_size: cfg.value_size,
@@ -624,16 +622,13 @@ fn synced_limit(base: &std::path::Path, cfg: &Config) -> Option<Limit> {
     limits::direct_synced_write_bandwidth(base, block, LIMIT_RUN, 4 << 30, 3).ok()
 }
 
-/// Values at least this long are copied past the cache by the engine (its `copy` module), so
-/// their puts get the `work:` limit beside memcpy.
-const WORK_LIMIT_FROM_VALUE_BYTES: u64 = 4096;
-
-/// For a put of values from [`WORK_LIMIT_FROM_VALUE_BYTES`] on a memory file system, the put's
+/// For a put of values the engine copies past the cache
+/// ([`hotstore::STREAMED_FROM_VALUE_BYTES`] and more) on a memory file system, the put's
 /// own work done alone (`limits::fill_and_checksum_bandwidth`): memcpy of large buffers reads
 /// every line it writes, and the engine's copy does not, so memcpy alone understates what the
 /// machine can do. `None` otherwise.
 fn work_limit(base: &std::path::Path, cfg: &Config) -> Option<Limit> {
-    let applies = cfg.op == Op::Put && cfg.value_size >= WORK_LIMIT_FROM_VALUE_BYTES;
+    let applies = cfg.op == Op::Put && cfg.value_size >= hotstore::STREAMED_FROM_VALUE_BYTES as u64;
     if !applies || !limits::is_memory_fs(base) {
         return None;
     }

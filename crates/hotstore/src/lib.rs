@@ -44,14 +44,21 @@ mod verify;
 /// measure or check the same work (`hotstore minidaq`'s limit for a readout's work).
 pub use checksum::crc32c;
 
+/// Values at least this long are copied into a segment with stores that bypass the cache (on
+/// CPUs with AVX-512F): for benchmarks that print the `work:` limit beside such puts.
+#[doc(hidden)]
+pub const STREAMED_FROM_VALUE_BYTES: usize = copy::STREAM_FROM_LEN;
+
 /// Copies `src` into `dst` (as long) the way the engine copies a value into a segment: a vector
-/// loop for kilobytes, stores that bypass the cache from 4 KiB on. For benchmarks that measure
-/// a write's own work apart from the store's bookkeeping (`minidaq`'s and `bench put`'s `work:`
-/// limit): the limit follows the engine's copy, so a slower copy lowers both.
+/// loop for kilobytes, stores that bypass the cache from [`STREAMED_FROM_VALUE_BYTES`] on. For
+/// benchmarks that measure a write's own work apart from the store's bookkeeping (`minidaq`'s
+/// and `bench put`'s `work:` limit): the limit follows the engine's copy, so a slower copy
+/// lowers both.
 #[doc(hidden)]
 pub fn copy_value(dst: &mut [u8], src: &[u8]) {
     copy::copy_into(dst, src)
 }
+
 pub use error::{Error, Result};
 pub use events::{
     Ack, Claim, ClaimToken, ConsumerInfo, EventCounts, EventId, EventInfo, EventInterest,
