@@ -698,7 +698,10 @@ fn bounded_workload(s: &Store, seed: u64, stop: &std::sync::atomic::AtomicBool) 
 /// small file, so the removal took a whole segment of the reserve; (3) a removal spent the
 /// relocation reserve before asking relocation for room; (4) relocation compared its budget
 /// with a group's live bytes alone, ran out of room half-way (records do not span files) and
-/// freed nothing; (5) a request for room did not reclaim after a step that did not finish.
+/// freed nothing; (5) a request for room did not reclaim after a step that did not finish;
+/// (6, found by CI) a removal's request for room moved nothing while every group fitted the
+/// room but not the worst-case bound on its packing (see
+/// `removals_get_the_room_that_only_packing_record_by_record_shows`).
 /// Here 60 "kills" (a snapshot of the page cache at a random instant of a running workload)
 /// must each leave a store that opens with every value intact and goes on; at the end,
 /// removing every key frees the whole store.
@@ -752,6 +755,85 @@ fn repeated_kills_of_a_full_bounded_store_never_wedge_it() {
         s.put(&n.to_le_bytes(), &big, Durability::Memory)
             .unwrap_or_else(|e| panic!("put {n} into an emptied store: {e}\n{:?}", s.stats()));
     }
+}
+
+/// Fix (CI, a failure of `repeated_kills_of_a_full_bounded_store_never_wedge_it`): a full
+/// store whose files each hold a 16 KiB record among small ones had a third of each file dead
+/// once its victim was removed, but the bound relocation applies (a record's length wasted per
+/// file it fills) put every group past the room a removal's request has, so nothing moved;
+/// each removal then spent a small file of the reserve until one found no room at all
+/// ("store full" at the 47th removal of 60). Relocation now also checks a group record by
+/// record: each of these fits a new file whole.
+#[test]
+fn removals_get_the_room_that_only_packing_record_by_record_shows() {
+    let medium = hotstore::testing::FaultMedium::new("exact");
+    let seg = 64usize << 10;
+    // The reserve is 72 KiB (a segment and a removal's 8 KiB file): puts stop at 60 files.
+    let open = || {
+        Store::builder("/exact")
+            .segment_size_bytes(seg)
+            .lanes(1)
+            .tier(TierSpec::new(".").capacity_bytes(60 * seg as u64 + (72 << 10)))
+            .media(vec![medium.clone()])
+            .open()
+            .unwrap()
+    };
+    let s = open();
+    let opts = WriteOptions {
+        durability: Durability::Memory,
+        full_wait: None,
+    };
+    // Group g: 32 small records, a victim whose 1000-byte key makes each tombstone 1 KiB (a
+    // few fill a removal's file), and a 16 KiB record.
+    let small = |g: u32, i: u32| (g * 100 + i).to_le_bytes().to_vec();
+    let big = |g: u32| (g * 100 + 99).to_le_bytes().to_vec();
+    let victim = |g: u32| {
+        let mut k = vec![b'v'; 1000];
+        k[..4].copy_from_slice(&g.to_le_bytes());
+        k
+    };
+    let group = |g: u32| -> Vec<(Vec<u8>, usize)> {
+        (0..32)
+            .map(|i| (small(g, i), 600))
+            .chain([(victim(g), 12000), (big(g), 16000)])
+            .collect()
+    };
+    let mut groups = 0;
+    'fill: for g in 0.. {
+        for (key, len) in group(g) {
+            match s.put_with(&key, &vec![g as u8; len], opts) {
+                Ok(()) => {}
+                Err(e) if e.is_full() => break 'fill,
+                Err(e) => panic!("put: {e}"),
+            }
+        }
+        groups = g + 1;
+    }
+    assert!(groups >= 50, "only {groups} groups fit");
+    for g in 0..groups {
+        s.remove(&victim(g), Durability::Memory)
+            .unwrap_or_else(|e| panic!("removal {g} of {groups}: {e}\n{:?}", s.stats()));
+    }
+    assert!(
+        s.stats().relocation.groups > 0,
+        "{:?}",
+        s.stats().relocation
+    );
+    let check = |s: &Store| {
+        for g in 0..groups {
+            for (key, len) in group(g) {
+                let got = s.get(&key).unwrap();
+                if key == victim(g) {
+                    assert_eq!(got, None, "victim {g}");
+                } else {
+                    assert_eq!(got, Some(vec![g as u8; len]), "group {g}");
+                }
+            }
+        }
+    };
+    check(&s);
+    drop(s);
+    check(&open());
 }
 
 /// Fix (found in review): the guarantee ignored that records do not span files. With 600 KiB

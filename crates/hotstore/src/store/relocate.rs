@@ -121,6 +121,9 @@ const MAKE_ROOM_MAX_STEPS: usize = 256;
 const MAKE_ROOM_FRUITLESS_ROUNDS: usize = 3;
 /// Times a request for room retries a group whose member a writer held.
 const MAKE_ROOM_BUSY_RETRIES: usize = 8;
+/// Groups a removal's request for room checks record by record when the bound on packing
+/// leaves none (see `Inner::choose_fitting_exactly`).
+const EXACT_FIT_TRIES: usize = 16;
 
 /// Why a relocation step stopped.
 #[derive(Debug, PartialEq, Eq)]
@@ -190,35 +193,196 @@ impl Inner {
 
     /// One relocation step under `rule` into `target` (the members' own tier when cleaning).
     pub(crate) fn relocate_step(&self, rule: &Rule, target: Option<usize>) -> Result<Step> {
-        self.relocate_step_avoiding(rule, target, &mut HashSet::new())
+        self.relocate_step_avoiding(rule, target, &mut HashSet::new(), false)
     }
 
     /// [`Inner::relocate_step`], leaving out the segments in `busy`, to which it adds the
-    /// members of a group it found busy.
+    /// members of a group it found busy. With `exact`, a group is also chosen when only its
+    /// records, placed one by one as relocation would place them, show that it fits (see
+    /// [`Inner::choose_fitting_exactly`]).
     fn relocate_step_avoiding(
         &self,
         rule: &Rule,
         target: Option<usize>,
         busy: &mut HashSet<u64>,
+        exact: bool,
     ) -> Result<Step> {
         let mut cands = self.candidates();
         for c in cands.iter_mut().filter(|c| busy.contains(&c.id)) {
             c.excluded = true;
         }
-        let Some(choice) = relocation::choose(&cands, rule) else {
+        let tier_of = |cands: &[Candidate], choice: &Choice| {
+            target.unwrap_or_else(|| {
+                cands
+                    .iter()
+                    .find(|c| c.id == choice.ids[0])
+                    .map_or(0, |c| c.tier)
+            })
+        };
+        let choice = match relocation::choose(&cands, rule) {
+            // The bound `choose` applies counts the relocation lane's tail as room; a group
+            // that holds that lane's segment seals it, and the tail is gone.
+            Some(c)
+                if exact
+                    && self.holds_relocation_tail(&c, tier_of(&cands, &c))
+                    && !self.fits_exactly(&c, tier_of(&cands, &c)) =>
+            {
+                for cand in cands.iter_mut().filter(|m| c.ids.contains(&m.id)) {
+                    cand.excluded = true;
+                }
+                self.choose_fitting_exactly(&mut cands, rule, &tier_of)
+            }
+            Some(c) => Some(c),
+            None if exact => self.choose_fitting_exactly(&mut cands, rule, &tier_of),
+            None => None,
+        };
+        let Some(choice) = choice else {
             return Ok(Step::Nothing);
         };
-        let tier = target.unwrap_or_else(|| {
-            cands
-                .iter()
-                .find(|c| c.id == choice.ids[0])
-                .map_or(0, |c| c.tier)
-        });
+        let tier = tier_of(&cands, &choice);
         let step = self.relocate_group(&choice, tier);
         if matches!(step, Ok(Step::Busy)) {
             busy.extend(&choice.ids);
         }
         step
+    }
+
+    /// The best group under `rule` whatever the bound on its packing says, if its records fit
+    /// the room relocation has when placed one by one (at most [`EXACT_FIT_TRIES`] groups).
+    ///
+    /// Fix (CI, `repeated_kills_of_a_full_bounded_store_never_wedge_it`): a store 70% live
+    /// with 16 KiB records in 64 KiB files had 16% of its bytes dead, but the bound
+    /// (`relocation::room_to_move`: a record's length wasted per file) put every group past
+    /// the room, so no request for room moved anything; each removal then spent a small file
+    /// of the reserve, until a removal found no room at all.
+    fn choose_fitting_exactly(
+        &self,
+        cands: &mut [Candidate],
+        rule: &Rule,
+        tier_of: &dyn Fn(&[Candidate], &Choice) -> usize,
+    ) -> Option<Choice> {
+        let unbounded = Rule {
+            budget_bytes: u64::MAX,
+            ..*rule
+        };
+        for _ in 0..EXACT_FIT_TRIES {
+            let choice = relocation::choose(cands, &unbounded)?;
+            if self.fits_exactly(&choice, tier_of(cands, &choice)) {
+                return Some(choice);
+            }
+            for c in cands.iter_mut().filter(|c| choice.ids.contains(&c.id)) {
+                c.excluded = true;
+            }
+        }
+        None
+    }
+
+    /// True if `choice` holds the segment relocation's lane of `tier` appends to.
+    fn holds_relocation_tail(&self, choice: &Choice, tier: usize) -> bool {
+        self.relocator.lanes[tier]
+            .lock()
+            .seg
+            .as_ref()
+            .is_some_and(|s| choice.ids.contains(&s.id))
+    }
+
+    /// True if the records relocating `choice` into `tier` would copy fit the room there
+    /// now, placed as [`Inner::relocation_room`] places them: the relocation lane's tail (not
+    /// when the group holds that segment: it is sealed first), then files of the tier's room.
+    /// Sealed members' records only die meanwhile, which never makes them need more files; an
+    /// active member may take records before it is sealed, and a move that then runs out of
+    /// room frees nothing this step (the request for room goes on).
+    fn fits_exactly(&self, choice: &Choice, tier: usize) -> bool {
+        let mut tail = match &self.relocator.lanes[tier].lock().seg {
+            Some(s) if !choice.ids.contains(&s.id) => s.capacity() - s.end.load(Ordering::Acquire),
+            _ => 0,
+        };
+        let mut room = self.tiers[tier].room_bytes();
+        // Without reading a record: more to copy than there is room.
+        if choice.live_bytes > tail as u64 + room {
+            return false;
+        }
+        let members: Vec<Arc<Segment>> = {
+            let map = self.segments.lock();
+            match choice.ids.iter().map(|i| map.get(i).cloned()).collect() {
+                Some(v) => v,
+                None => return false,
+            }
+        };
+        let mut place = |rec_len: usize| -> bool {
+            if rec_len <= tail {
+                tail -= rec_len;
+                return true;
+            }
+            let len = self.file_len_for(rec_len, tier) as u64;
+            let file = if room >= len { len } else { room - room % 4096 };
+            if file < (SEGMENT_HEADER_LEN + rec_len) as u64 {
+                return false;
+            }
+            room -= file;
+            tail = file as usize - SEGMENT_HEADER_LEN - rec_len;
+            true
+        };
+        // As `relocate_group`: every member's live puts and marks, then (when forwarding)
+        // each member's other records.
+        for seg in &members {
+            let copied = self.records_relocation_copies(seg, |h, off| match h.kind {
+                Kind::Put => {
+                    // Safety: as in `relocate_segment`.
+                    let rec = unsafe { seg.bytes(off, h.record_len()) };
+                    let key = &rec[HEADER_LEN..HEADER_LEN + h.key_len];
+                    Self::points_at(
+                        self.index.shard(key).read().get(&IndexKey::new(key)),
+                        seg,
+                        off,
+                    )
+                }
+                // Counted whether live or not: a mark is a few bytes.
+                Kind::EventMark => true,
+                _ => false,
+            });
+            if !copied.into_iter().all(&mut place) {
+                return false;
+            }
+        }
+        if choice.forward {
+            for seg in members
+                .iter()
+                .filter(|s| !s.only_puts.load(Ordering::Acquire))
+            {
+                let copied = self.records_relocation_copies(seg, |h, _| h.kind != Kind::Put);
+                if !copied.into_iter().all(&mut place) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Lengths of the records of `seg` that `copies` says relocation copies, in order.
+    fn records_relocation_copies(
+        &self,
+        seg: &Segment,
+        copies: impl Fn(&record::Header, usize) -> bool,
+    ) -> Vec<usize> {
+        let end = seg.end.load(Ordering::Acquire);
+        let mut off = SEGMENT_HEADER_LEN;
+        let mut lens = Vec::new();
+        while off + HEADER_LEN <= end {
+            // Safety: as in `relocate_segment`.
+            let rest = unsafe { seg.bytes(off, end - off) };
+            let Ok(h) = record::parse_header(rest) else {
+                break;
+            };
+            if off + h.footprint() > end {
+                break;
+            }
+            if copies(&h, off) {
+                lens.push(h.record_len());
+            }
+            off += h.footprint();
+        }
+        lens
     }
 
     /// Moves every live record of the group's members to `tier`, sealing active members
@@ -658,7 +822,7 @@ impl Inner {
                     rule.min_gain_bytes = 2 * SEGMENT_HEADER_LEN as u64;
                     rule.count_packing = false;
                 }
-                match self.relocate_step_avoiding(&rule, None, &mut busy_ids) {
+                match self.relocate_step_avoiding(&rule, None, &mut busy_ids, for_removal) {
                     Ok(Step::Moved) => moved = true,
                     Ok(Step::Busy) => busy = true,
                     _ => {}
