@@ -537,31 +537,33 @@ impl Tier {
         if self.capacity_bytes == 0 {
             return Ok(0);
         }
-        let (excess, free) = {
+        let (excess, pooled) = {
             let s = self.state.lock();
             (
                 s.used_bytes.saturating_sub(self.capacity_bytes),
-                s.free.len(),
+                s.free.len() + s.ready.len(),
             )
         };
         let files = excess.div_ceil(self.segment_size as u64) as usize;
-        self.trim_free(free.saturating_sub(files))
+        self.trim_pool(pooled.saturating_sub(files))
     }
 
-    /// Deletes pooled free files beyond `keep` (after a compaction: their space goes back to
-    /// the file system); returns the bytes given back. A deleted file takes its retired id
-    /// with it, which is harmless: that id's records were in no other file.
-    pub fn trim_free(&self, keep: usize) -> Result<u64> {
+    /// Deletes pooled files beyond `keep`, free ones first, then ready ones (after a
+    /// compaction: their space goes back to the file system); returns the bytes given back. A
+    /// deleted file takes its retired id with it, which is harmless: that id's records were in
+    /// no other file.
+    /// Fix (a loaded run of `compact_frees_dead_space`): only free files were deleted, so the
+    /// ready files prepared for a burst of puts stayed, and a compaction that freed few files
+    /// (background cleaning had freed the rest, and the puts had reused them) gave nothing back.
+    pub fn trim_pool(&self, keep: usize) -> Result<u64> {
         let mut freed = 0;
         loop {
             let taken = {
                 let mut s = self.state.lock();
-                if s.free.len() <= keep {
+                if s.free.len() + s.ready.len() <= keep {
                     break;
                 }
-                s.free.pop().inspect(|r| {
-                    s.cold.remove(&r.0);
-                })
+                s.pop_pooled()
             };
             let Some((slot, region)) = taken else { break };
             let len = region.len() as u64;

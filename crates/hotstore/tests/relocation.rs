@@ -184,10 +184,14 @@ fn compact_frees_dead_space() {
         after.dead_bytes * 4 < before.dead_bytes,
         "{before:?} {after:?}"
     );
-    // The freed files go back to the file system (beyond the reserve and the minimum stock).
+    // The freed files go back to the file system: the pool keeps the reserve's files (two of
+    // 1 MiB) and the minimum stock (two). Fix (a run beside a busy machine): this compared
+    // file bytes before and after, equal when background cleaning had freed most of the dead
+    // space before the compaction, and ready files prepared for the puts were never deleted.
+    let pooled = after.tiers[0].segments_free + after.tiers[0].segments_ready;
     assert!(
-        after.file_bytes < before.file_bytes,
-        "{} file bytes before, {} after",
+        pooled <= 4,
+        "{pooled} files pooled after a compaction ({} file bytes before, {} after)",
         before.file_bytes,
         after.file_bytes
     );

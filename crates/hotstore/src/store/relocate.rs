@@ -1034,7 +1034,7 @@ impl Inner {
         for t in &self.tiers {
             let keep = self.put_reserve().div_ceil(t.segment_size as u64) as usize
                 + crate::tier::READY_TARGET;
-            t.trim_free(keep)?;
+            t.trim_pool(keep)?;
         }
         Ok(self.relocator.bytes.load(Ordering::Relaxed) - start)
     }
