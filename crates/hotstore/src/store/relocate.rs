@@ -121,9 +121,13 @@ const MAKE_ROOM_MAX_STEPS: usize = 256;
 const MAKE_ROOM_FRUITLESS_ROUNDS: usize = 3;
 /// Times a request for room retries a group whose member a writer held.
 const MAKE_ROOM_BUSY_RETRIES: usize = 8;
-/// Groups a removal's request for room checks record by record when the bound on packing
-/// leaves none (see `Inner::choose_fitting_exactly`).
+/// Groups a request for room that must not fail (a removal's, or a put's below the guaranteed
+/// live bytes) checks record by record when the bound on packing leaves none (see
+/// `Inner::choose_fitting_exactly`).
 const EXACT_FIT_TRIES: usize = 16;
+/// Record headers one such check reads at most, over all the groups it tries (tens of
+/// milliseconds): a 1 GiB segment of 100 B records holds ten million.
+const EXACT_FIT_MAX_HEADERS: usize = 1 << 20;
 
 /// Why a relocation step stopped.
 #[derive(Debug, PartialEq, Eq)]
@@ -225,7 +229,8 @@ impl Inner {
             Some(c)
                 if exact
                     && self.holds_relocation_tail(&c, tier_of(&cands, &c))
-                    && !self.fits_exactly(&c, tier_of(&cands, &c)) =>
+                    && !self
+                        .fits_exactly(&c, tier_of(&cands, &c), &mut { EXACT_FIT_MAX_HEADERS }) =>
             {
                 for cand in cands.iter_mut().filter(|m| c.ids.contains(&m.id)) {
                     cand.excluded = true;
@@ -265,9 +270,10 @@ impl Inner {
             budget_bytes: u64::MAX,
             ..*rule
         };
+        let mut headers = EXACT_FIT_MAX_HEADERS;
         for _ in 0..EXACT_FIT_TRIES {
             let choice = relocation::choose(cands, &unbounded)?;
-            if self.fits_exactly(&choice, tier_of(cands, &choice)) {
+            if self.fits_exactly(&choice, tier_of(cands, &choice), &mut headers) {
                 return Some(choice);
             }
             for c in cands.iter_mut().filter(|c| choice.ids.contains(&c.id)) {
@@ -292,7 +298,8 @@ impl Inner {
     /// Sealed members' records only die meanwhile, which never makes them need more files; an
     /// active member may take records before it is sealed, and a move that then runs out of
     /// room frees nothing this step (the request for room goes on).
-    fn fits_exactly(&self, choice: &Choice, tier: usize) -> bool {
+    /// False too once it has read `headers` record headers (it counts them down).
+    fn fits_exactly(&self, choice: &Choice, tier: usize, headers: &mut usize) -> bool {
         let mut tail = match &self.relocator.lanes[tier].lock().seg {
             Some(s) if !choice.ids.contains(&s.id) => s.capacity() - s.end.load(Ordering::Acquire),
             _ => 0,
@@ -326,7 +333,7 @@ impl Inner {
         // As `relocate_group`: every member's live puts and marks, then (when forwarding)
         // each member's other records.
         for seg in &members {
-            let copied = self.records_relocation_copies(seg, |h, off| match h.kind {
+            let copied = self.records_relocation_copies(seg, headers, |h, off| match h.kind {
                 Kind::Put => {
                     // Safety: as in `relocate_segment`.
                     let rec = unsafe { seg.bytes(off, h.record_len()) };
@@ -341,7 +348,7 @@ impl Inner {
                 Kind::EventMark => true,
                 _ => false,
             });
-            if !copied.into_iter().all(&mut place) {
+            if !copied.is_some_and(|c| c.into_iter().all(&mut place)) {
                 return false;
             }
         }
@@ -350,8 +357,9 @@ impl Inner {
                 .iter()
                 .filter(|s| !s.only_puts.load(Ordering::Acquire))
             {
-                let copied = self.records_relocation_copies(seg, |h, _| h.kind != Kind::Put);
-                if !copied.into_iter().all(&mut place) {
+                let copied =
+                    self.records_relocation_copies(seg, headers, |h, _| h.kind != Kind::Put);
+                if !copied.is_some_and(|c| c.into_iter().all(&mut place)) {
                     return false;
                 }
             }
@@ -359,16 +367,19 @@ impl Inner {
         true
     }
 
-    /// Lengths of the records of `seg` that `copies` says relocation copies, in order.
+    /// Lengths of the records of `seg` that `copies` says relocation copies, in order; `None`
+    /// once `headers` headers have been read (it counts them down).
     fn records_relocation_copies(
         &self,
         seg: &Segment,
+        headers: &mut usize,
         copies: impl Fn(&record::Header, usize) -> bool,
-    ) -> Vec<usize> {
+    ) -> Option<Vec<usize>> {
         let end = seg.end.load(Ordering::Acquire);
         let mut off = SEGMENT_HEADER_LEN;
         let mut lens = Vec::new();
         while off + HEADER_LEN <= end {
+            *headers = headers.checked_sub(1)?;
             // Safety: as in `relocate_segment`.
             let rest = unsafe { seg.bytes(off, end - off) };
             let Ok(h) = record::parse_header(rest) else {
@@ -382,7 +393,7 @@ impl Inner {
             }
             off += h.footprint();
         }
-        lens
+        Some(lens)
     }
 
     /// Moves every live record of the group's members to `tier`, sealing active members
@@ -822,7 +833,10 @@ impl Inner {
                     rule.min_gain_bytes = 2 * SEGMENT_HEADER_LEN as u64;
                     rule.count_packing = false;
                 }
-                match self.relocate_step_avoiding(&rule, None, &mut busy_ids, for_removal) {
+                // Groups placed record by record when the bound leaves none: paid, as copies
+                // forward are, only where the answer must not be "full".
+                let exact = forward_if_stuck;
+                match self.relocate_step_avoiding(&rule, None, &mut busy_ids, exact) {
                     Ok(Step::Moved) => moved = true,
                     Ok(Step::Busy) => busy = true,
                     _ => {}
