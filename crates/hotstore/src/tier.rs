@@ -556,6 +556,9 @@ impl Tier {
     /// ready files prepared for a burst of puts stayed, and a compaction that freed few files
     /// (background cleaning had freed the rest, and the puts had reused them) gave nothing back.
     pub fn trim_pool(&self, keep: usize) -> Result<u64> {
+        // The stock is then the minimum until writers take files again: restocking at the
+        // last burst's rate made the files just deleted again (the same loaded run).
+        self.state.lock().recent_takes.clear();
         let mut freed = 0;
         loop {
             let taken = {

@@ -172,6 +172,8 @@ fn compact_frees_dead_space() {
         })
         .unwrap();
     assert!(steps.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    // Time for the maintenance thread to restock (it may): not at the puts' rate.
+    std::thread::sleep(Duration::from_millis(500));
     let after = s.stats();
     assert!(moved > 0);
     assert!(
