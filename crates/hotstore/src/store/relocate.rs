@@ -223,22 +223,24 @@ impl Inner {
                     .map_or(0, |c| c.tier)
             })
         };
+        let mut headers = EXACT_FIT_MAX_HEADERS;
         let choice = match relocation::choose(&cands, rule) {
             // The bound `choose` applies counts the relocation lane's tail as room; a group
             // that holds that lane's segment seals it, and the tail is gone.
             Some(c)
                 if exact
                     && self.holds_relocation_tail(&c, tier_of(&cands, &c))
-                    && !self
-                        .fits_exactly(&c, tier_of(&cands, &c), &mut { EXACT_FIT_MAX_HEADERS }) =>
+                    && !self.moving_gains(&c, tier_of(&cands, &c), rule, &mut headers) =>
             {
                 for cand in cands.iter_mut().filter(|m| c.ids.contains(&m.id)) {
                     cand.excluded = true;
                 }
-                self.choose_fitting_exactly(&mut cands, rule, &tier_of)
+                relocation::choose(&cands, rule).or_else(|| {
+                    self.choose_fitting_exactly(&mut cands, rule, &tier_of, &mut headers)
+                })
             }
             Some(c) => Some(c),
-            None if exact => self.choose_fitting_exactly(&mut cands, rule, &tier_of),
+            None if exact => self.choose_fitting_exactly(&mut cands, rule, &tier_of, &mut headers),
             None => None,
         };
         let Some(choice) = choice else {
@@ -252,8 +254,11 @@ impl Inner {
         step
     }
 
-    /// The best group under `rule` whatever the bound on its packing says, if its records fit
-    /// the room relocation has when placed one by one (at most [`EXACT_FIT_TRIES`] groups).
+    /// The best group under `rule` whatever the bound on its packing says, among those with
+    /// no writer's open segment, if moving it gives back room with its records placed one by
+    /// one (see [`Inner::moving_gains`]; at most [`EXACT_FIT_TRIES`] groups, and `headers`
+    /// record headers read). Not a segment moved alone with its records other than puts
+    /// copied forward: those stay with the bound.
     ///
     /// Fix (CI, `repeated_kills_of_a_full_bounded_store_never_wedge_it`): a store 70% live
     /// with 16 KiB records in 64 KiB files had 16% of its bytes dead, but the bound
@@ -265,15 +270,18 @@ impl Inner {
         cands: &mut [Candidate],
         rule: &Rule,
         tier_of: &dyn Fn(&[Candidate], &Choice) -> usize,
+        headers: &mut usize,
     ) -> Option<Choice> {
+        // A writer's open segment may take records until it is sealed, past what was placed.
         let unbounded = Rule {
             budget_bytes: u64::MAX,
+            allow_active: false,
+            forward_if_stuck: false,
             ..*rule
         };
-        let mut headers = EXACT_FIT_MAX_HEADERS;
         for _ in 0..EXACT_FIT_TRIES {
             let choice = relocation::choose(cands, &unbounded)?;
-            if self.fits_exactly(&choice, tier_of(cands, &choice), &mut headers) {
+            if self.moving_gains(&choice, tier_of(cands, &choice), rule, headers) {
                 return Some(choice);
             }
             for c in cands.iter_mut().filter(|c| choice.ids.contains(&c.id)) {
@@ -292,21 +300,30 @@ impl Inner {
             .is_some_and(|s| choice.ids.contains(&s.id))
     }
 
-    /// True if the records relocating `choice` into `tier` would copy fit the room there
-    /// now, placed as [`Inner::relocation_room`] places them: the relocation lane's tail (not
-    /// when the group holds that segment: it is sealed first), then files of the tier's room.
-    /// Sealed members' records only die meanwhile, which never makes them need more files; an
-    /// active member may take records before it is sealed, and a move that then runs out of
-    /// room frees nothing this step (the request for room goes on).
-    /// False too once it has read `headers` record headers (it counts them down).
-    fn fits_exactly(&self, choice: &Choice, tier: usize, headers: &mut usize) -> bool {
-        let mut tail = match &self.relocator.lanes[tier].lock().seg {
+    /// True if the records relocating `choice` into `tier` would copy fit the room there now,
+    /// leaving a removal's small file of it, and the space they take (the relocation lane's
+    /// tail and the files they fill, header and unused ends included) is at least
+    /// `rule.min_gain_bytes` less than the group's files. Placed as
+    /// [`Inner::relocation_room`] places them: the lane's tail (not when the group holds that
+    /// segment: it is sealed first), then files of the tier's room. Records only die
+    /// meanwhile, which never makes them need more files. False too once `headers` record
+    /// headers have been read (it counts them down).
+    ///
+    /// Found in review: without the gain, files of three 16 KiB records beside 17 KiB dead
+    /// fit, but each move filled a new file and freed one, and a removal's request could copy
+    /// 256 groups for nothing; without the small file, another removal taking one meanwhile
+    /// could leave a move half done with all the room spent.
+    fn moving_gains(&self, choice: &Choice, tier: usize, rule: &Rule, headers: &mut usize) -> bool {
+        let tail_before = match &self.relocator.lanes[tier].lock().seg {
             Some(s) if !choice.ids.contains(&s.id) => s.capacity() - s.end.load(Ordering::Acquire),
             _ => 0,
         };
-        let mut room = self.tiers[tier].room_bytes();
-        // Without reading a record: more to copy than there is room.
-        if choice.live_bytes > tail as u64 + room {
+        let room_before = self.tiers[tier]
+            .room_bytes()
+            .saturating_sub(self.removal_file_len() as u64);
+        let (mut tail, mut room) = (tail_before, room_before);
+        // Without reading a record: more to copy than there is room, or than it gives back.
+        if choice.live_bytes > (tail as u64 + room).min(choice.file_bytes) {
             return false;
         }
         let members: Vec<Arc<Segment>> = {
@@ -364,7 +381,9 @@ impl Inner {
                 }
             }
         }
-        true
+        // A new file ends the old tail (its rest stays unused) and starts one of its own.
+        let taken = (tail_before as u64 + room_before) - (tail as u64 + room);
+        taken.saturating_add(rule.min_gain_bytes) <= choice.file_bytes
     }
 
     /// Lengths of the records of `seg` that `copies` says relocation copies, in order; `None`
