@@ -189,7 +189,7 @@ pub fn reserve_space(store_dir: &Path) {
 /// removed reserve was not always there at once (on the 4 MiB tmpfs `df` showed it free while
 /// the write failed, and a write 200 ms later succeeded; ext4 frees an unlinked file's blocks
 /// only when its journal commits). The directory is synced, which commits ext4's journal, and
-/// the write retried for up to [`RESERVE_FREED_WAIT`].
+/// the write retried for up to `RESERVE_FREED_WAIT`.
 pub fn write(store_dir: &Path, m: &Manifest) -> Result<()> {
     if m.state == RecordingState::Recording {
         return write_interim(store_dir, m).map(drop);
