@@ -29,16 +29,13 @@ impl Store {
         let value_len: usize = parts.iter().map(|p| p.len()).sum();
         check_value(value_len)?;
         self.inner.check_poisoned()?;
-        let mut body_crc = crate::checksum::crc32c(key);
-        for p in parts {
-            body_crc = crate::checksum::crc32c_append(body_crc, p);
-        }
         let rec_len = record::record_len(key.len(), value_len);
         let direct = value_len >= self.inner.direct_min;
         // A direct record may be followed by up to MAX_PAD zeros (see `put_direct`).
         let room = rec_len + if direct { record::MAX_PAD } else { 0 };
         let (mut lane, seg, off) = self.inner.lane_with_room(room, opts.full_wait, false)?;
         if direct && seg.writes_blocks() {
+            let body_crc = parts_checksum(key, parts);
             return self.put_direct(lane, seg, off, key, parts, value_len, body_crc, opts);
         }
         // Safety: [off, off + rec_len) is past `end` of the lane's active segment, which only
@@ -67,6 +64,9 @@ impl Store {
             self.inner.poison(&e);
             return Err(e);
         }
+        // After the copy, from the caller's bytes (in cache): a streaming copy's stores drain
+        // to memory while this runs, instead of stalling the shard lock's atomic below.
+        let body_crc = parts_checksum(key, parts);
         let mut shard = self.inner.index.shard(key).write();
         self.inner.publish(
             &mut lane,
@@ -398,12 +398,12 @@ impl Reservation<'_> {
                 self.value_len
             );
         };
-        let filled = match self.filled {
+        crate::copy::copy_into(&mut self.value_bytes()[at..end], bytes);
+        // After the copy, as in `Store::put_parts_with`.
+        self.filled = match self.filled {
             Some((n, crc)) if n == at => Some((end, crate::checksum::crc32c_append(crc, bytes))),
             _ => None,
         };
-        crate::copy::copy_into(&mut self.value_bytes()[at..end], bytes);
-        self.filled = filled;
     }
 
     /// Publishes the value and returns once `durability` holds.
@@ -735,4 +735,11 @@ pub(crate) struct DirectPut<'a> {
     lsn: u64,
     pad: usize,
     rewrite: &'a dyn Fn(u64) -> Result<()>,
+}
+
+/// The checksum a record's header carries over its key and value parts.
+fn parts_checksum(key: &[u8], parts: &[&[u8]]) -> u32 {
+    parts.iter().fold(crate::checksum::crc32c(key), |crc, p| {
+        crate::checksum::crc32c_append(crc, p)
+    })
 }
