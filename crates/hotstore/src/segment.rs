@@ -331,6 +331,37 @@ impl Segment {
         unsafe { crate::copy::copy_to(self.region.as_ptr().add(offset), bytes) };
     }
 
+    /// The published records of this segment in order, by their headers: `Ok((offset,
+    /// header))` for each, then `Err(offset)` once if the walk meets a header that does not
+    /// parse or a record that runs past `end` (a damaged tail found at open: nothing valid
+    /// follows). Only the maintenance thread frees segments, so it may walk one it holds.
+    pub fn published_records(
+        &self,
+    ) -> impl Iterator<Item = std::result::Result<(usize, record::Header), usize>> + '_ {
+        let end = self.end.load(Ordering::Acquire);
+        let mut off = SEGMENT_HEADER_LEN;
+        let mut damaged = false;
+        std::iter::from_fn(move || {
+            if damaged || off + HEADER_LEN > end {
+                return None;
+            }
+            // Safety: below `end`, published; the caller keeps the segment from being freed
+            // (see above), so the bytes stay.
+            let rest = unsafe { self.bytes(off, end - off) };
+            match record::parse_header(rest) {
+                Ok(h) if off + h.footprint() <= end => {
+                    let at = off;
+                    off += h.footprint();
+                    Some(Ok((at, h)))
+                }
+                _ => {
+                    damaged = true;
+                    Some(Err(off))
+                }
+            }
+        })
+    }
+
     /// Bytes `[offset, offset + len)`.
     ///
     /// # Safety

@@ -394,23 +394,14 @@ impl Inner {
         headers: &mut usize,
         copies: impl Fn(&record::Header, usize) -> bool,
     ) -> Option<Vec<usize>> {
-        let end = seg.end.load(Ordering::Acquire);
-        let mut off = SEGMENT_HEADER_LEN;
         let mut lens = Vec::new();
-        while off + HEADER_LEN <= end {
+        for walked in seg.published_records() {
             *headers = headers.checked_sub(1)?;
-            // Safety: as in `relocate_segment`.
-            let rest = unsafe { seg.bytes(off, end - off) };
-            let Ok(h) = record::parse_header(rest) else {
-                break;
-            };
-            if off + h.footprint() > end {
-                break;
-            }
+            // Nothing past damage is copied.
+            let Ok((off, h)) = walked else { break };
             if copies(&h, off) {
                 lens.push(h.record_len());
             }
-            off += h.footprint();
         }
         Some(lens)
     }
@@ -476,25 +467,16 @@ impl Inner {
 
     /// Moves every live record of `seg` to `tier`.
     fn relocate_segment(&self, seg: &Arc<Segment>, tier: usize) -> Result<()> {
-        let end = seg.end.load(Ordering::Acquire);
-        let mut off = SEGMENT_HEADER_LEN;
-        while off + HEADER_LEN <= end && seg.live_records.load(Ordering::Acquire) > 0 {
-            // Safety: below `end`, published, and only this (the maintenance) thread frees
-            // segments, so the bytes stay.
-            let rest = unsafe { seg.bytes(off, end - off) };
-            let Ok(h) = record::parse_header(rest) else {
-                break; // a damaged tail found at open: nothing valid follows
-            };
-            let len = h.footprint();
-            if off + len > end {
+        for walked in seg.published_records() {
+            if seg.live_records.load(Ordering::Acquire) == 0 {
                 break;
             }
+            let Ok((off, h)) = walked else { break };
             match h.kind {
                 Kind::Put => self.relocate_put(seg, off, &h, tier)?,
                 Kind::EventMark => self.relocate_mark(seg, off, &h, tier)?,
                 _ => {}
             }
-            off += len;
         }
         Ok(())
     }
@@ -517,22 +499,14 @@ impl Inner {
                 .filter(|t| t.pinned_by.lock().contains(&seg.id))
                 .collect()
         };
-        let end = seg.end.load(Ordering::Acquire);
-        let mut off = SEGMENT_HEADER_LEN;
         let mut copies: Vec<Arc<Segment>> = Vec::new();
-        while off + HEADER_LEN <= end {
-            // Safety: as in `relocate_segment`.
-            let rest = unsafe { seg.bytes(off, end - off) };
-            let Ok(h) = record::parse_header(rest) else {
+        for walked in seg.published_records() {
+            let Ok((off, h)) = walked else {
                 return Ok(false);
             };
-            let len = h.footprint();
-            if off + len > end {
-                return Ok(false);
-            }
             if h.kind != Kind::Put {
                 let rec_len = h.record_len();
-                // Safety: as above.
+                // Safety: a published record (walked above); only this thread frees segments.
                 let rec = unsafe { seg.bytes(off, rec_len) };
                 if !record::verify(seg.id, rec, &h) {
                     return Ok(false);
@@ -578,7 +552,6 @@ impl Inner {
                     copies.push(dst);
                 }
             }
-            off += len;
         }
         for c in &copies {
             for t in &targets {
