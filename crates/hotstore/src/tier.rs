@@ -566,16 +566,26 @@ impl Tier {
                 if s.free.len() + s.ready.len() <= keep {
                     break;
                 }
-                s.pop_pooled()
+                let taken = s.pop_pooled();
+                // Counted while it is deleted, as in `unpool_for` (found in review): a taker
+                // finding neither the file nor its room must wait for it, not answer full.
+                s.unpooling += usize::from(taken.is_some());
+                taken
             };
             let Some((slot, region)) = taken else { break };
             let len = region.len() as u64;
             drop(region);
-            self.forget(slot)?;
+            let forgotten = self.forget(slot);
             let mut s = self.state.lock();
-            s.used_bytes -= len;
-            s.device_full = false;
-            freed += len;
+            s.unpooling -= 1;
+            if forgotten.is_ok() {
+                s.used_bytes -= len;
+                s.device_full = false;
+                freed += len;
+            }
+            drop(s);
+            self.prepared.notify_all();
+            forgotten?;
         }
         Ok(freed)
     }
