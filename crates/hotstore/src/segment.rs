@@ -334,8 +334,12 @@ impl Segment {
     /// The published records of this segment in order, by their headers: `Ok((offset,
     /// header))` for each, then `Err(offset)` once if the walk meets a header that does not
     /// parse or a record that runs past `end` (a damaged tail found at open: nothing valid
-    /// follows). Only the maintenance thread frees segments, so it may walk one it holds.
-    pub fn published_records(
+    /// follows).
+    ///
+    /// # Safety
+    /// The caller must keep the segment from being recycled while it walks (only the
+    /// maintenance thread frees segments, so it may walk one it holds).
+    pub(crate) unsafe fn published_records(
         &self,
     ) -> impl Iterator<Item = std::result::Result<(usize, record::Header), usize>> + '_ {
         let end = self.end.load(Ordering::Acquire);
@@ -345,8 +349,8 @@ impl Segment {
             if damaged || off + HEADER_LEN > end {
                 return None;
             }
-            // Safety: below `end`, published; the caller keeps the segment from being freed
-            // (see above), so the bytes stay.
+            // Safety: below `end`, published; the caller keeps the segment from being
+            // recycled (the contract above), so the bytes stay.
             let rest = unsafe { self.bytes(off, end - off) };
             match record::parse_header(rest) {
                 Ok(h) if off + h.footprint() <= end => {

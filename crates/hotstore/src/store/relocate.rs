@@ -395,7 +395,8 @@ impl Inner {
         copies: impl Fn(&record::Header, usize) -> bool,
     ) -> Option<Vec<usize>> {
         let mut lens = Vec::new();
-        for walked in seg.published_records() {
+        // Safety: the maintenance thread's walk (it alone frees segments).
+        for walked in unsafe { seg.published_records() } {
             *headers = headers.checked_sub(1)?;
             // Nothing past damage is copied.
             let Ok((off, h)) = walked else { break };
@@ -467,11 +468,13 @@ impl Inner {
 
     /// Moves every live record of `seg` to `tier`.
     fn relocate_segment(&self, seg: &Arc<Segment>, tier: usize) -> Result<()> {
-        for walked in seg.published_records() {
-            if seg.live_records.load(Ordering::Acquire) == 0 {
+        // Safety: the maintenance thread's walk (it alone frees segments).
+        let mut walk = unsafe { seg.published_records() };
+        // Checked before each header is read: none is read once nothing is live.
+        while seg.live_records.load(Ordering::Acquire) > 0 {
+            let Some(Ok((off, h))) = walk.next() else {
                 break;
-            }
-            let Ok((off, h)) = walked else { break };
+            };
             match h.kind {
                 Kind::Put => self.relocate_put(seg, off, &h, tier)?,
                 Kind::EventMark => self.relocate_mark(seg, off, &h, tier)?,
@@ -500,7 +503,8 @@ impl Inner {
                 .collect()
         };
         let mut copies: Vec<Arc<Segment>> = Vec::new();
-        for walked in seg.published_records() {
+        // Safety: the maintenance thread's walk (it alone frees segments).
+        for walked in unsafe { seg.published_records() } {
             let Ok((off, h)) = walked else {
                 return Ok(false);
             };

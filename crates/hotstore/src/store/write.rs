@@ -31,11 +31,14 @@ impl Store {
         self.inner.check_poisoned()?;
         let rec_len = record::record_len(key.len(), value_len);
         let direct = value_len >= self.inner.direct_min;
+        // A direct record's header goes out with its blocks, so its checksum is needed first:
+        // taken here, outside the lane (found in review: under it, a thread sharing the lane
+        // waited for it, and nothing was gained).
+        let early_crc = direct.then(|| parts_checksum(key, parts));
         // A direct record may be followed by up to MAX_PAD zeros (see `put_direct`).
         let room = rec_len + if direct { record::MAX_PAD } else { 0 };
         let (mut lane, seg, off) = self.inner.lane_with_room(room, opts.full_wait, false)?;
-        if direct && seg.writes_blocks() {
-            let body_crc = parts_checksum(key, parts);
+        if let (Some(body_crc), true) = (early_crc, seg.writes_blocks()) {
             return self.put_direct(lane, seg, off, key, parts, value_len, body_crc, opts);
         }
         // Safety: [off, off + rec_len) is past `end` of the lane's active segment, which only
@@ -66,7 +69,7 @@ impl Store {
         }
         // After the copy, from the caller's bytes (in cache): a streaming copy's stores drain
         // to memory while this runs, instead of stalling the shard lock's atomic below.
-        let body_crc = parts_checksum(key, parts);
+        let body_crc = early_crc.unwrap_or_else(|| parts_checksum(key, parts));
         let mut shard = self.inner.index.shard(key).write();
         self.inner.publish(
             &mut lane,
