@@ -116,6 +116,9 @@ pub struct Rule {
     /// records that later relocations copy again, so only a store that would otherwise answer
     /// full pays them).
     pub forward_if_stuck: bool,
+    /// With `forward_if_stuck`: a segment offered alone goes before the groups (a request for
+    /// room whose moves of groups made none; see `Inner::make_room`).
+    pub prefer_forward: bool,
 }
 
 /// Room that moving `live` bytes of records (each at most `max_record` bytes) needs at worst:
@@ -215,7 +218,12 @@ pub fn choose(cands: &[Candidate], rule: &Rule) -> Option<Choice> {
         }
     }
     let [regular, forward] = best;
-    regular.or(forward).map(|(_, c)| c)
+    if rule.prefer_forward {
+        forward.or(regular)
+    } else {
+        regular.or(forward)
+    }
+    .map(|(_, c)| c)
 }
 
 /// True if moving `members` (and `extra` bytes copied forward) fits the room and the pace.
@@ -337,6 +345,7 @@ mod tests {
             below_id: u64::MAX,
             count_packing: true,
             forward_if_stuck: true,
+            prefer_forward: false,
         }
     }
 
@@ -388,6 +397,11 @@ mod tests {
         ];
         let c = choose(&with_regular, &r).unwrap();
         assert_eq!((c.ids, c.forward), (vec![10], false));
+        // ... unless moving groups made no room: then 9 goes first.
+        r.prefer_forward = true;
+        let c = choose(&with_regular, &r).unwrap();
+        assert_eq!((c.ids, c.forward), (vec![9], true));
+        r.prefer_forward = false;
         // With room for the whole group, the group goes, and nothing is copied.
         r.budget_bytes = 1000;
         let c = choose(&cands, &r).unwrap();
