@@ -114,14 +114,48 @@ impl FileList {
     }
 
     /// Lists a new file (after it was created, before anything is written to it).
+    ///
+    /// On failure the file stays listed here if the new list may be durable (the caller must
+    /// then keep the file: an unlisted one is only free space at the next open), and is
+    /// unlisted again if the list on the medium, read back, does not hold it (the write
+    /// failed before its rename): then the caller may delete the file ([`FileList::is_listed`]).
+    /// Fix (tests/full.rs beside a busy machine, 1 run in 60): on a full tmpfs the new
+    /// segment file took the last bytes, the list's temp file found no space, and the put
+    /// failed with that I/O error instead of StoreFull, the file kept and never used.
     pub fn add(&self, tier: usize, slot: u32, len: u64) -> Result<()> {
         let mut s = self.state.lock();
         let list = s.lists[tier].get_or_insert_with(Listed::new);
         let before = list.insert(slot, len);
         debug_assert!(before.is_none(), "slot {slot} of tier {tier} listed twice");
-        // On failure the file stays listed here: the new list may be durable already, so the
-        // caller must not delete the file (an unlisted one is only free space at the next open).
-        Self::store(&self.root, &mut s)
+        let stored = Self::store(&self.root, &mut s);
+        if stored.is_err() && !self.durably_listed(tier, slot) {
+            if let Some(l) = s.lists[tier].as_mut() {
+                l.remove(&slot);
+            }
+        }
+        stored
+    }
+
+    /// True if `slot` of `tier` is in the list (here, as the store knows it).
+    pub fn is_listed(&self, tier: usize, slot: u32) -> bool {
+        self.state.lock().lists[tier]
+            .as_ref()
+            .is_some_and(|l| l.contains_key(&slot))
+    }
+
+    /// True unless the metadata on the medium, read back, is known not to list `slot` of
+    /// `tier` (an unreadable one may).
+    fn durably_listed(&self, tier: usize, slot: u32) -> bool {
+        let Ok(Some(meta)) = Meta::load(&*self.root) else {
+            return true;
+        };
+        let Some(t) = meta.tiers.get(tier) else {
+            return true;
+        };
+        t.files
+            .as_deref()
+            .and_then(from_runs)
+            .is_none_or(|l| l.contains_key(&slot))
     }
 
     /// Unlists a file (before it is deleted).

@@ -414,9 +414,25 @@ impl Tier {
                 self.created.record(len, started.elapsed());
                 // Listed before anyone writes to it, so a listed file that is missing at open
                 // was lost, and an unlisted one can only be this fresh file after a crash. If
-                // the list cannot be written, the file is kept (the list may be durable
-                // anyway) and stays counted, but is not used.
-                self.files.add(self.index, slot, len as u64)?;
+                // the list cannot be written and may be durable anyway, the file is kept and
+                // stays counted, but is not used; if it is known unlisted, it is deleted,
+                // and no space on the device is what the caller hears (`FileList::add`).
+                if let Err(e) = self.files.add(self.index, slot, len as u64) {
+                    if self.files.is_listed(self.index, slot) {
+                        return Err(e);
+                    }
+                    drop(r);
+                    let removed = self.medium.remove(&name);
+                    let mut s = self.state.lock();
+                    if removed.is_ok() {
+                        s.used_bytes -= len as u64;
+                    }
+                    if is_enospc(&e) {
+                        s.device_full = true;
+                        return Ok(None);
+                    }
+                    return Err(e);
+                }
                 Ok(Some((slot, r)))
             }
             Err(e) => {

@@ -32,6 +32,9 @@ pub struct FaultConfig {
     /// If set, only files whose name ends with this fail from `fail_write_file_from` on
     /// (e.g. `.sum`: summaries fail, the metadata with its list of files does not).
     pub fail_write_file_suffix: Mutex<Option<String>>,
+    /// Injected `write_file` failures say "no space left on device" (ENOSPC), as a full file
+    /// system answers, instead of a generic error.
+    pub write_file_no_space: AtomicBool,
     /// Bytes written by block writes (direct records) so far.
     pub block_bytes_written: AtomicU64,
     /// Bulk writes (`Region::write`) are paced to this many bytes per second across the whole
@@ -457,11 +460,12 @@ impl Medium for FaultMedium {
             None => true,
         };
         if from != 0 && n >= from && named {
-            return Err(Error::io(
-                "write",
-                self.path.join(name),
-                std::io::Error::other("injected write failure"),
-            ));
+            let e = if self.faults.write_file_no_space.load(Ordering::SeqCst) {
+                std::io::Error::from_raw_os_error(libc::ENOSPC)
+            } else {
+                std::io::Error::other("injected write failure")
+            };
+            return Err(Error::io("write", self.path.join(format!("{name}.tmp")), e));
         }
         let mut state = self.state.lock();
         state.unsynced_files.remove(name);

@@ -372,12 +372,19 @@ impl Medium for FileMedium {
     fn write_file(&self, name: &str, data: &[u8]) -> Result<()> {
         let path = self.file_path(name);
         let tmp = self.file_path(&format!("{name}.tmp"));
-        let mut f = File::create(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
-        f.write_all(data).map_err(|e| Error::io("write", &tmp, e))?;
-        if self.domain != Domain::Volatile {
-            f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+        let written = (|| {
+            let mut f = File::create(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
+            f.write_all(data).map_err(|e| Error::io("write", &tmp, e))?;
+            if self.domain != Domain::Volatile {
+                f.sync_all().map_err(|e| Error::io("fsync", &tmp, e))?;
+            }
+            Ok(())
+        })();
+        if written.is_err() {
+            // A part-written temp file holds space a full device needs back.
+            let _ = std::fs::remove_file(&tmp);
+            return written;
         }
-        drop(f);
         std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
         self.sync_dir()
     }
