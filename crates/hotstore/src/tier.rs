@@ -575,22 +575,42 @@ impl Tier {
         // The stock is then the minimum until writers take files again: restocking at the
         // last burst's rate made the files just deleted again (the same loaded run).
         self.state.lock().recent_takes.clear();
+        self.delete_pooled_while(|s| s.free.len() + s.ready.len() > keep)
+    }
+
+    /// Fix (issue 15, kill -9 wedge): on a bounded tier, room held as pooled standard files
+    /// (every freed segment is pooled) could not become a file of another size: a removal's
+    /// small file was refused while `room_bytes` counted the room, and the removal then spent
+    /// a whole segment of the relocation reserve. Deletes pooled files until `len` fits in
+    /// the unallocated capacity (the room stays the same, only its form changes).
+    fn unpool_for(&self, len: usize) -> Result<()> {
+        self.delete_pooled_while(|s| !self.fits(s, len)).map(drop)
+    }
+
+    /// Deletes pooled files (free ones first) while `go_on` holds and some are left; returns
+    /// the bytes given back.
+    fn delete_pooled_while(&self, go_on: impl Fn(&TierState) -> bool) -> Result<u64> {
         let mut freed = 0;
         loop {
             let taken = {
                 let mut s = self.state.lock();
-                if s.free.len() + s.ready.len() <= keep {
+                if !go_on(&s) {
                     break;
                 }
                 let taken = s.pop_pooled();
-                // Counted while it is deleted, as in `unpool_for` (found in review): a taker
-                // finding neither the file nor its room must wait for it, not answer full.
                 s.unpooling += usize::from(taken.is_some());
                 taken
             };
             let Some((slot, region)) = taken else { break };
             let len = region.len() as u64;
             drop(region);
+            // Fix (kill -9 campaign on a 96 MiB block tier, 4 MiB segments, two writers
+            // removing at once on a full store): unlisting the file writes the file list
+            // durably, milliseconds on a disk, and meanwhile the file was neither pooled nor
+            // unallocated room. The other removal's take found no room, nothing being prepared,
+            // and answered StoreFull, although the room came back a moment later. Takers now
+            // wait for the unpooling (`unpooling`), as for a file being prepared (compaction's
+            // trim too, found in review).
             let forgotten = self.forget(slot);
             let mut s = self.state.lock();
             s.unpooling -= 1;
@@ -604,48 +624,6 @@ impl Tier {
             forgotten?;
         }
         Ok(freed)
-    }
-
-    /// Fix (issue 15, kill -9 wedge): on a bounded tier, room held as pooled standard files
-    /// (every freed segment is pooled) could not become a file of another size: a removal's
-    /// small file was refused while `room_bytes` counted the room, and the removal then spent
-    /// a whole segment of the relocation reserve. Deletes pooled files until `len` fits in
-    /// the unallocated capacity (the room stays the same, only its form changes).
-    fn unpool_for(&self, len: usize) -> Result<()> {
-        loop {
-            let taken = {
-                let mut s = self.state.lock();
-                if self.fits(&s, len) {
-                    return Ok(());
-                }
-                match s.pop_pooled() {
-                    Some(r) => {
-                        s.unpooling += 1;
-                        r
-                    }
-                    None => return Ok(()),
-                }
-            };
-            let (slot, region) = taken;
-            let freed = region.len() as u64;
-            drop(region);
-            // Fix (kill -9 campaign on a 96 MiB block tier, 4 MiB segments, two writers
-            // removing at once on a full store): unlisting the file writes the file list
-            // durably, milliseconds on a disk, and meanwhile the file was neither pooled nor
-            // unallocated room. The other removal's take found no room, nothing being prepared,
-            // and answered StoreFull, although the room came back a moment later. Takers now
-            // wait for the unpooling (`unpooling`), as for a file being prepared.
-            let forgotten = self.forget(slot);
-            let mut s = self.state.lock();
-            s.unpooling -= 1;
-            if forgotten.is_ok() {
-                s.used_bytes -= freed;
-                s.device_full = false;
-            }
-            drop(s);
-            self.prepared.notify_all();
-            forgotten?;
-        }
     }
 
     /// Takes back a recycled file: standard-size files are pooled, others deleted.
