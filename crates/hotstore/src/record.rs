@@ -240,7 +240,14 @@ pub fn checksum(segment_id: u64, header_tail: &[u8], key: &[u8], value: &[u8]) -
 /// The part of the checksum over key and value: computed before the header is known (the
 /// lsn is only assigned under the index lock), so the expensive part runs outside any lock.
 pub fn body_checksum(key: &[u8], value: &[u8]) -> u32 {
-    crate::checksum::crc32c_append(crate::checksum::crc32c(key), value)
+    body_checksum_parts(key, &[value])
+}
+
+/// [`body_checksum`] of a value given as consecutive parts.
+pub fn body_checksum_parts(key: &[u8], parts: &[&[u8]]) -> u32 {
+    parts.iter().fold(crate::checksum::crc32c(key), |crc, p| {
+        crate::checksum::crc32c_append(crc, p)
+    })
 }
 
 /// Completes a checksum started by [`body_checksum`].

@@ -34,7 +34,7 @@ impl Store {
         // A direct record's header goes out with its blocks, so its checksum is needed first:
         // taken here, outside the lane (found in review: under it, a thread sharing the lane
         // waited for it, and nothing was gained).
-        let early_crc = direct.then(|| parts_checksum(key, parts));
+        let early_crc = direct.then(|| record::body_checksum_parts(key, parts));
         // A direct record may be followed by up to MAX_PAD zeros (see `put_direct`).
         let room = rec_len + if direct { record::MAX_PAD } else { 0 };
         let (mut lane, seg, off) = self.inner.lane_with_room(room, opts.full_wait, false)?;
@@ -69,7 +69,7 @@ impl Store {
         }
         // After the copy, from the caller's bytes (in cache): a streaming copy's stores drain
         // to memory while this runs, instead of stalling the shard lock's atomic below.
-        let body_crc = early_crc.unwrap_or_else(|| parts_checksum(key, parts));
+        let body_crc = early_crc.unwrap_or_else(|| record::body_checksum_parts(key, parts));
         let mut shard = self.inner.index.shard(key).write();
         self.inner.publish(
             &mut lane,
@@ -738,11 +738,4 @@ pub(crate) struct DirectPut<'a> {
     lsn: u64,
     pad: usize,
     rewrite: &'a dyn Fn(u64) -> Result<()>,
-}
-
-/// The checksum a record's header carries over its key and value parts.
-fn parts_checksum(key: &[u8], parts: &[&[u8]]) -> u32 {
-    parts.iter().fold(crate::checksum::crc32c(key), |crc, p| {
-        crate::checksum::crc32c_append(crc, p)
-    })
 }
