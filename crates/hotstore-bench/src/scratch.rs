@@ -26,6 +26,10 @@ impl ScratchDir {
     /// A new directory `<base>/hotstore-<what>-XXXXXX`.
     pub fn new_in(base: &Path, what: &str) -> Result<Self> {
         WATCHER.call_once(start_watcher);
+        // Held from before the directory exists until it is listed. Fix (CI, `cli.rs`
+        // `a_stop_while_measuring_the_disk_limit_leaves_no_probe_file`): a signal between the
+        // two found the list without it, and the stopped run left the directory behind.
+        let mut live = LIVE.lock();
         let dir = tempfile::Builder::new()
             .prefix(&format!("hotstore-{what}-"))
             .tempdir_in(base)
@@ -35,7 +39,7 @@ impl ScratchDir {
                     base.display()
                 ))
             })?;
-        LIVE.lock().push(dir.path().to_path_buf());
+        live.push(dir.path().to_path_buf());
         Ok(ScratchDir { dir: Some(dir) })
     }
 
