@@ -88,6 +88,19 @@ def test_remove(store):
     assert store.get(b"k") is None
 
 
+def test_get_many(store):
+    for i in range(40):
+        store.put(b"k%d" % i, b"v%d" % i * (i + 1))
+    keys = [b"k%d" % i for i in range(40, -1, -1)] + ["k3", b"k3", bytearray(b"k7")]
+    want = [store.get_bytes(k) for k in keys]
+    assert want[0] is None and want[-1] == b"v7" * 8
+    assert store.get_many(keys) == want
+    assert store.get_many(iter(keys)) == want
+    assert store.get_many([]) == []
+    with pytest.raises(TypeError):
+        store.get_many([b"k1", 5])
+
+
 def test_get_into(store):
     a = np.arange(256, dtype=np.uint32)
     store.put(b"k", a)

@@ -86,6 +86,8 @@ pub struct Config {
     pub key_count: Option<u64>,
     /// Order for get.
     pub order: Order,
+    /// get: keys looked up together (`Store::get_many_with`); 1: one `get_with` per key.
+    pub batch: usize,
     /// Segment size (`None`: the engine default).
     pub segment_size: Option<u64>,
     /// Store capacity (`None`: automatic, see `auto_capacity`).
@@ -166,6 +168,9 @@ pub struct Report {
     key_count: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     order: Option<Order>,
+    /// get: keys looked up together (1: one get per key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    batch: Option<usize>,
     ops_per_sec: f64,
     bytes_per_sec: f64,
     stopped_full: bool,
@@ -376,46 +381,84 @@ fn populate(store: &Store, cfg: &Config, n: u64) -> Result<()> {
     Ok(())
 }
 
-/// Measures gets of keys `0..n`: zero-copy (`get_with`) or copying (`get`).
+/// Measures gets of keys `0..n`: zero-copy (`get_with`) or copying (`get`), one key at a
+/// time, or `cfg.batch` keys at a time (`get_many_with`, `get_many`).
 fn get_window(store: &Store, cfg: &Config, n: u64, copy: bool) -> Result<Window> {
     let threads = cfg.threads as u64;
+    let batch = cfg.batch.max(1);
     measure(cfg.threads, cfg.duration, |t, counter, flags| {
         let mut i = t as u64 * n / threads;
         // xorshift64: cheap enough not to show in the figures.
         let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (t as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        let mut done = 0u64;
-        while !flags.stop.load(Ordering::Relaxed) {
-            let k = match cfg.order {
-                Order::Seq => {
-                    i += 1;
-                    if i >= n {
-                        i = 0;
-                    }
-                    i
+        let mut next = || match cfg.order {
+            Order::Seq => {
+                i += 1;
+                if i >= n {
+                    i = 0;
                 }
-                Order::Random => {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x % n
-                }
-            };
-            let got = if copy {
-                store.get(&key(0, k)).map(|v| v.map(|v| black_box(v).len()))
-            } else {
-                store.get_with(&key(0, k), |v| black_box(v[0]) as usize)
-            };
-            match got {
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    return flags.fail(format!("key {k} written by the benchmark is missing"))
-                }
-                Err(e) => return flags.fail(e.to_string()),
+                i
             }
-            done += 1;
+            Order::Random => {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            }
+        };
+        let mut done = 0u64;
+        let mut keys = Vec::with_capacity(batch);
+        while !flags.stop.load(Ordering::Relaxed) {
+            let failed = if batch == 1 {
+                let k = next();
+                let got = if copy {
+                    store.get(&key(0, k)).map(|v| v.map(|v| black_box(v).len()))
+                } else {
+                    store.get_with(&key(0, k), |v| black_box(v[0]) as usize)
+                };
+                check_got(k, got.map(|v| v.is_some()))
+            } else {
+                keys.clear();
+                keys.extend((0..batch).map(|_| key(0, next())));
+                if copy {
+                    match store.get_many(&keys) {
+                        Ok(values) => values
+                            .iter()
+                            .zip(&keys)
+                            .find_map(|(v, k)| check_got(key_no(k), Ok(black_box(v).is_some()))),
+                        Err(e) => Some(e.to_string()),
+                    }
+                } else {
+                    let mut failed = None;
+                    store.get_many_with(&keys, |j, got| {
+                        let got = got.map(|v| v.map(|v| black_box(v[0])).is_some());
+                        if failed.is_none() {
+                            failed = check_got(key_no(&keys[j]), got);
+                        }
+                    });
+                    failed
+                }
+            };
+            if let Some(why) = failed {
+                return flags.fail(why);
+            }
+            done += batch as u64;
             counter.store(done, Ordering::Relaxed);
         }
     })
+}
+
+/// The number a benchmark key was made from ([`key`]).
+fn key_no(k: &[u8]) -> u64 {
+    hotstore::FragmentKey::from_bytes(k).map_or(u64::MAX, |f| f.event)
+}
+
+/// Why a get of key number `k` that answered `got` (present or not) is a failure, if it is.
+fn check_got(k: u64, got: hotstore::Result<bool>) -> Option<String> {
+    match got {
+        Ok(true) => None,
+        Ok(false) => Some(format!("key {k} written by the benchmark is missing")),
+        Err(e) => Some(e.to_string()),
+    }
 }
 
 fn median_index(runs: &[Run]) -> usize {
@@ -582,6 +625,7 @@ pub fn run(cfg: &Config) -> Result<Report> {
         keep: (cfg.op == Op::Put && cfg.keep > 0).then_some(cfg.keep),
         key_count,
         order: (cfg.op == Op::Get).then_some(cfg.order),
+        batch: (cfg.op == Op::Get).then_some(cfg.batch),
         ops_per_sec: m.ops_per_sec,
         bytes_per_sec: m.bytes_per_sec,
         stopped_full: m.stopped_full,
@@ -699,10 +743,14 @@ impl fmt::Display for Report {
         if let (Some(n), Some(order)) = (r.key_count, r.order) {
             writeln!(
                 f,
-                "keys:   {n} keys, {} order, checksums {} on reads",
+                "keys:   {n} keys, {} order{}, checksums {} on reads",
                 match order {
                     Order::Seq => "sequential",
                     Order::Random => "random",
+                },
+                match r.batch {
+                    Some(b) if b > 1 => format!(", {b} at a time (get_many)"),
+                    _ => String::new(),
                 },
                 if r.verify_on_read {
                     "verified"

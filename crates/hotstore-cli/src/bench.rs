@@ -81,6 +81,10 @@ pub struct BenchArgs {
     /// get only: key order.
     #[arg(long, value_enum, default_value = "seq")]
     order: bench::Order,
+    /// get only: keys looked up together with `get_many` (their memory misses overlap); 1
+    /// (default): one `get` per key. A peer (`--vs lmdb`) still reads one key at a time.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=4096), value_name = "N")]
+    batch: u16,
     /// Segment file size (default: the engine's, 64 MiB).
     #[arg(long, value_parser = util::parse_segment_size, value_name = "BYTES")]
     segment_size: Option<u64>,
@@ -671,6 +675,7 @@ fn run_put_get(op: bench::Op, a: BenchArgs) -> CliResult<()> {
         duration: Duration::from_secs_f64(a.duration),
         key_count: a.key_count,
         order: a.order,
+        batch: a.batch as usize,
         segment_size: a.segment_size,
         capacity: a.capacity,
         repeat: a.repeat as usize,

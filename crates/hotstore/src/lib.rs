@@ -30,6 +30,7 @@ mod maintenance;
 mod medium;
 mod meta;
 mod options;
+mod prefetch;
 mod record;
 mod recovery;
 mod relocation;

@@ -256,6 +256,28 @@ fn damaged_value_in_sealed_segment_fails_the_read() {
         }
         other => panic!("read of a damaged value answered {other:?}"),
     }
+    // Looked up with others, the damaged record is that key's error, and the first error
+    // of the whole; the others read as they are.
+    let other = t
+        .entries
+        .iter()
+        .map(|e| e.key.to_vec())
+        .find(|o| *o != k && matches!(s.get(o), Ok(Some(_))))
+        .expect("another key");
+    let mut answers = Vec::new();
+    s.get_many_with(&[&other[..], &k[..], b"absent"], |i, got| {
+        answers.push((i, got.map(|v| v.is_some())))
+    });
+    assert!(matches!(answers[0], (0, Ok(true))), "{answers:?}");
+    assert!(
+        matches!(&answers[1], (1, Err(Error::ChecksumMismatch { offset, .. })) if *offset == t.start(i) as u64),
+        "{answers:?}"
+    );
+    assert!(matches!(answers[2], (2, Ok(false))), "{answers:?}");
+    assert!(matches!(
+        s.get_many(&[&other[..], &k[..]]),
+        Err(Error::ChecksumMismatch { .. })
+    ));
 }
 
 /// Sealed segments with their summaries; returns the medium and the contents.

@@ -20,6 +20,7 @@
 //! boxes, the children of an inner node are all leaves or all inner nodes (every leaf is at the
 //! same depth).
 
+use crate::prefetch;
 use arrayvec::ArrayVec;
 use std::cmp::Ordering;
 use std::ops::{Bound, RangeBounds};
@@ -157,8 +158,8 @@ impl<K: Fingerprint + Eq, V> LeafKid<K, V> {
             // The value's line (and the one holding the values' length, read by the caller's
             // bounds check) requested now, with the key's, rather than after the comparison.
             let first = candidates.trailing_zeros() as usize;
-            prefetch_one(self.leaf.vals.as_ptr().wrapping_add(first));
-            prefetch_one(&self.leaf.vals);
+            prefetch::line(self.leaf.vals.as_ptr().wrapping_add(first));
+            prefetch::line(&self.leaf.vals);
         }
         while candidates != 0 {
             let i = candidates.trailing_zeros() as usize;
@@ -169,19 +170,21 @@ impl<K: Fingerprint + Eq, V> LeafKid<K, V> {
         }
         None
     }
-}
 
-/// Asks the CPU to load the cache line at `at` (a hint: never faults).
-#[inline]
-fn prefetch_one<T>(at: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // Safety: SSE is part of x86_64; a prefetch is a hint that never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(at as *const i8) };
+    /// Asks for the lines [`LeafKid::find`] of `key` reads (its first candidate's key and
+    /// value, and the lengths), without waiting for them.
+    #[inline]
+    fn prefetch(&self, key: &K) {
+        let len = self.fps[LEAF_CAP] as usize;
+        let candidates = matches(&self.fps, key.fingerprint()) & ((1u64 << len) - 1);
+        if candidates != 0 {
+            let first = candidates.trailing_zeros() as usize;
+            prefetch::line(self.leaf.keys.as_ptr().wrapping_add(first));
+            prefetch::line(self.leaf.vals.as_ptr().wrapping_add(first));
+            prefetch::line(&self.leaf.keys);
+            prefetch::line(&self.leaf.vals);
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
 }
 
 /// Bit `i` set where `fps[i] == fp`.
@@ -286,6 +289,12 @@ impl<K: Ord + Clone + Fingerprint, V> BTree<K, V> {
     pub fn get(&self, key: &K) -> Option<&V> {
         let leaf = self.leaf_for(key);
         leaf.find(key).map(|i| &leaf.vals[i])
+    }
+
+    /// Walks to `key`'s leaf and asks for the lines a [`BTree::get`] of it then reads, without
+    /// waiting for them: lookups of many keys started this way overlap their misses.
+    pub fn prefetch(&self, key: &K) {
+        self.leaf_for(key).prefetch(key);
     }
 
     /// The value of `key`, to change in place.
@@ -501,23 +510,6 @@ impl<'a, K: Ord + Clone + Fingerprint, V> IntoIterator for &'a BTree<K, V> {
     }
 }
 
-/// Asks the CPU to load every cache line of `items` at once: a binary search over a cold leaf
-/// otherwise waits for its probes' misses one after the other.
-#[inline]
-fn prefetch<T>(items: &[T]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let start = items.as_ptr() as *const i8;
-        let bytes = std::mem::size_of_val(items);
-        for off in (0..bytes).step_by(64) {
-            // Safety: SSE is part of x86_64; a prefetch is a hint that never faults, whatever
-            // the address, and reads nothing into the program.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(off)) };
-        }
-    }
-}
-
 /// Inserts into a leaf; a full leaf splits (at its right end: it keeps all it has).
 fn insert_leaf<K: Ord + Clone + Fingerprint, V>(
     kid: &mut LeafKid<K, V>,
@@ -525,7 +517,7 @@ fn insert_leaf<K: Ord + Clone + Fingerprint, V>(
     val: V,
     rightmost: bool,
 ) -> Insert<K, V, LeafKid<K, V>> {
-    prefetch(&kid.keys);
+    prefetch::lines(&kid.keys, usize::MAX);
     let i = match kid.keys.binary_search(&key) {
         Ok(i) => return Insert::Replaced(std::mem::replace(&mut kid.leaf.vals[i], val)),
         Err(i) => i,
@@ -652,7 +644,7 @@ fn remove_inner<K: Ord + Clone + Fingerprint, V>(node: &mut Inner<K, V>, key: &K
     match &mut node.kids {
         Kids::Leaves(kids) => {
             let kid = &mut kids[i];
-            prefetch(&kid.keys);
+            prefetch::lines(&kid.keys, usize::MAX);
             let at = kid.keys.binary_search(key).ok()?;
             let v = kid.remove_at(at);
             mend_leaf(&mut node.keys, kids, i);

@@ -19,6 +19,38 @@ impl Store {
         Ok(Some(f(value)))
     }
 
+    /// The values of `keys`, in their order (`None` where a key is absent). Faster than a
+    /// [`Store::get`] per key when the keys are many and not in the caches: the index lookups
+    /// of up to 16 keys at a time, then their records, are requested from memory together,
+    /// so their misses overlap, where a get waits for two misses in a row. Checksums are
+    /// verified unless turned off in the options; the first failure is the error.
+    pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut out = Vec::with_capacity(keys.len());
+        let mut failed = None;
+        self.get_many_with(keys, |_, got| match got {
+            Ok(v) => out.push(v.map(<[u8]>::to_vec)),
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        });
+        failed.map_or(Ok(out), Err)
+    }
+
+    /// Calls `f` with each of `keys`' place in `keys` and its value in place (no copy), in
+    /// their order: `Ok(None)` where a key is absent, an error where its record fails its
+    /// checksum. Looked up as [`Store::get_many`] does. A value is read as it was when its
+    /// batch of keys was looked up: a put of the same key meanwhile may or may not be seen.
+    pub fn get_many_with<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+        mut f: impl FnMut(usize, Result<Option<&[u8]>>),
+    ) {
+        for (b, batch) in keys.chunks(GET_BATCH).enumerate() {
+            self.inner
+                .get_batch(batch, |i, got| f(b * GET_BATCH + i, got));
+        }
+    }
+
     /// The value of `key` held in place (no copy): a [`ValueRef`] keeps the record's segment
     /// from being recycled until it is dropped, so its bytes stay valid and unchanged even
     /// after the key is overwritten or removed, relocated, or the store closed (the store's
@@ -109,7 +141,55 @@ impl Store {
     }
 }
 
+/// Most keys [`Store::get_many`] looks up together: at most one segment each to pin.
+pub(crate) const GET_BATCH: usize = PINNED_MAX;
+
+/// Bytes of a record [`Inner::get_batch`] asks for ahead: a small record whole, a large one's
+/// header, key and first lines (the hardware's own prefetcher follows a longer read).
+pub(crate) const GET_PREFETCH_BYTES: usize = 256;
+
 impl Inner {
+    /// [`Store::get_many_with`] of at most [`GET_BATCH`] keys, in three passes: each key's
+    /// leaf is asked for; then, each key found, its segment is pinned and its record asked
+    /// for; then the records are read. Each pass takes a key's shard lock on its own, never
+    /// two at once.
+    fn get_batch<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+        mut f: impl FnMut(usize, Result<Option<&[u8]>>),
+    ) {
+        debug_assert!(keys.len() <= GET_BATCH);
+        for key in keys {
+            let key = key.as_ref();
+            self.index.shard(key).read().prefetch(&IndexKey::new(key));
+        }
+        let mut pinned = Pinned::new(self);
+        let mut found = arrayvec::ArrayVec::<Option<(usize, u32, u32)>, GET_BATCH>::new();
+        for key in keys {
+            let key = key.as_ref();
+            let shard = self.index.shard(key).read();
+            found.push(shard.get(&IndexKey::new(key)).map(|loc| {
+                let rec_len = record::record_len(key.len(), loc.value_len as usize);
+                // Safety: the record is live under the shard lock, and pinned from here on.
+                let rec = unsafe { loc.seg.bytes(loc.offset as usize, rec_len) };
+                crate::prefetch::lines(rec, GET_PREFETCH_BYTES);
+                (pinned.pin(&loc.seg), loc.offset, loc.value_len)
+            }));
+        }
+        for (i, (key, place)) in keys.iter().zip(&found).enumerate() {
+            let got = match place {
+                None => Ok(None),
+                // Safety: the record was live under its shard lock when its segment was
+                // pinned, and `pinned` outlives the read.
+                Some((seg, offset, value_len)) => unsafe {
+                    self.read_record(key.as_ref(), pinned.segment(*seg), *offset, *value_len)
+                }
+                .map(Some),
+            };
+            f(i, got);
+        }
+    }
+
     /// The value of `key`'s record at `loc`, its checksum verified unless turned off. The
     /// caller holds the key's index shard lock (so the record is published and its segment
     /// cannot be recycled meanwhile).
