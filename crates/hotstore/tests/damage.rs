@@ -280,6 +280,45 @@ fn damaged_value_in_sealed_segment_fails_the_read() {
     ));
 }
 
+/// A sealed record whose header's lengths were damaged (loaded from the summary, so never
+/// scanned) fails its read with a clear error, whether the lengths point past the record or
+/// inside it: never a panic, never another record's bytes (the header is parsed within the
+/// record's length the index holds).
+#[test]
+fn damaged_lengths_in_a_sealed_header_fail_the_read_without_a_panic() {
+    let m = store_with_open_tail(20, &[100, 900]);
+    let t = tail(&m);
+    let s = open(&m, RecoveryMode::Strict).unwrap();
+    s.close().unwrap();
+    let i = t
+        .entries
+        .iter()
+        .rposition(|e| e.value_len > 10)
+        .expect("a put");
+    let k = t.entries[i].key.to_vec();
+    // value_len is bytes 12..16 of the header, key_len bytes 8..10.
+    for (what, byte, bit) in [
+        ("value length past the record", 14, 0x01),
+        ("value length off by one", 12, 0x01),
+        ("key length off by two", 8, 0x02),
+        ("key length off by one", 8, 0x01),
+    ] {
+        let d = copy(&m);
+        assert!(d.tamper(&t.name, |b| b[t.start(i) + byte] ^= bit));
+        let s = open(&d, RecoveryMode::Strict).unwrap();
+        assert_eq!(s.recovery_report().segments_scanned, 0, "{what}");
+        for got in [s.get(&k), s.get_many(&[&k[..]]).map(|mut v| v.remove(0))] {
+            match got {
+                Err(Error::ChecksumMismatch { file, offset }) => {
+                    assert_eq!(file, t.path, "{what}");
+                    assert_eq!(offset, t.start(i) as u64, "{what}");
+                }
+                other => panic!("{what}: read answered {other:?}"),
+            }
+        }
+    }
+}
+
 /// Sealed segments with their summaries; returns the medium and the contents.
 fn sealed_store() -> (Arc<FaultMedium>, BTreeMap<Vec<u8>, Vec<u8>>) {
     let m = FaultMedium::new("damage");

@@ -215,7 +215,13 @@ impl Inner {
         // Safety: the caller's promise (see above).
         let rec = unsafe { seg.bytes(offset as usize, rec_len) };
         if self.verify_on_read {
-            let ok = record::parse_header(rec).is_ok_and(|h| record::verify(seg.id, rec, &h));
+            // Its own key too: a record intact in itself but not the one looked up (a stale
+            // location) is an error, not another key's value.
+            let ok = record::parse_header(rec).is_ok_and(|h| {
+                h.key_len == key.len()
+                    && rec[HEADER_LEN..HEADER_LEN + key.len()] == *key
+                    && record::verify(seg.id, rec, &h)
+            });
             if !ok {
                 return Err(Error::ChecksumMismatch {
                     file: seg.path().clone(),
