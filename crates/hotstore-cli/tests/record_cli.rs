@@ -542,15 +542,18 @@ fn offload_to_moves_completed_slices_to_the_second_tier() {
         "--store",
         store.to_str().unwrap(),
         "--capacity",
-        "256MiB",
+        "64MiB",
         "--offload-to",
         lower.to_str().unwrap(),
         "--offload-at",
         "0.1",
         "--links",
         "3",
+        // Fix (a campaign beside a busy machine): at 40 MB/s a link, 120 MB/s in all, the
+        // writers fell behind, frames were dropped, and the LOSSY recording's exit status
+        // failed the test. 30 MB recorded still passes a 64 MiB tier's mark many times over.
         "--rate-per-link",
-        "40MB/s",
+        "5MB/s",
         "--pre",
         "0.5",
         "--post",
