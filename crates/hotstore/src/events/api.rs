@@ -10,9 +10,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::index::{self, IndexKey};
 use crate::options::Durability;
-use crate::prefetch;
-use crate::record;
-use crate::store::{Inner, Pinned, Store, GET_PREFETCH_BYTES, PINNED_MAX};
+use crate::store::{Inner, Pinned, Store, PINNED_MAX};
 use arrayvec::ArrayVec;
 use std::ops::Bound;
 use std::time::{Duration, Instant};
@@ -427,15 +425,7 @@ impl Inner {
                     .range((from, upper.clone()))
                     .filter(|(k, _)| k.as_bytes().len() == self.events.fragment_len)
                     .take(READ_BATCH)
-                    .map(|(k, loc)| {
-                        // The batch's records asked for together: their misses overlap.
-                        let len =
-                            record::record_len(self.events.fragment_len, loc.value_len as usize);
-                        // Safety: the record is live under the shard lock, and pinned here.
-                        let rec = unsafe { loc.seg.bytes(loc.offset as usize, len) };
-                        prefetch::lines(rec, GET_PREFETCH_BYTES);
-                        (k.clone(), pinned.pin(&loc.seg), loc.offset, loc.value_len)
-                    })
+                    .map(|(k, loc)| (k.clone(), pinned.pin(&loc.seg), loc.offset, loc.value_len))
                     .collect()
             };
             for (k, seg, offset, value_len) in &batch {

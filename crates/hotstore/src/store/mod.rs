@@ -17,7 +17,7 @@ mod upkeep;
 mod write;
 
 pub use read::ValueRef;
-pub(crate) use read::{Pinned, GET_PREFETCH_BYTES, PINNED_MAX};
+pub(crate) use read::{Pinned, PINNED_MAX};
 pub use write::{CommitFailed, Reservation};
 
 use crate::commit::GroupCommit;

@@ -146,7 +146,7 @@ pub(crate) const GET_BATCH: usize = PINNED_MAX;
 
 /// Bytes of a record [`Inner::get_batch`] asks for ahead: a small record whole, a large one's
 /// header, key and first lines (the hardware's own prefetcher follows a longer read).
-pub(crate) const GET_PREFETCH_BYTES: usize = 256;
+const GET_PREFETCH_BYTES: usize = 256;
 
 impl Inner {
     /// [`Store::get_many_with`] of at most [`GET_BATCH`] keys, in three passes: each key's
