@@ -99,6 +99,8 @@ def test_get_many(store):
     assert store.get_many([]) == []
     with pytest.raises(TypeError):
         store.get_many([b"k1", 5])
+    with pytest.raises(TypeError, match="not one str key"):
+        store.get_many("k1")
 
 
 def test_get_into(store):

@@ -469,7 +469,7 @@ fn median_index(runs: &[Run]) -> usize {
 
 const LMDB_BATCHED: &str = "lmdb batched (1000 puts/txn, NOSYNC|WRITEMAP)";
 const LMDB_SINGLE: &str = "lmdb single (1 put/txn, NOSYNC|WRITEMAP)";
-const LMDB_GET: &str = "lmdb get (zero-copy, read txn per 1000)";
+const LMDB_GET: &str = "lmdb get (zero-copy, one key at a time, read txn per 1000)";
 
 /// Runs the benchmark.
 pub fn run(cfg: &Config) -> Result<Report> {

@@ -595,16 +595,23 @@ impl Store {
         py: Python<'py>,
         keys: &Bound<'_, PyAny>,
     ) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
+        // A str is an iterable of one-character keys, never what was meant (review).
+        if keys.is_instance_of::<PyString>() {
+            return Err(PyTypeError::new_err(
+                "get_many takes an iterable of keys, not one str key",
+            ));
+        }
         let keys = keys
             .try_iter()?
             .map(|k| key_bytes(&k?))
             .collect::<PyResult<Vec<_>>>()?;
         let engine = self.shared.engine()?;
+        // Both copies (out of the store, into the bytes objects) without the GIL.
         let values = py.detach(|| engine.get_many(&keys)).py()?;
-        Ok(values
+        values
             .into_iter()
-            .map(|v| v.map(|v| PyBytes::new(py, &v)))
-            .collect())
+            .map(|v| v.map(|v| bytes_without_gil(py, &v)).transpose())
+            .collect()
     }
 
     /// Copies the value of `key` into `out` (a writable buffer of exactly the value's

@@ -215,10 +215,13 @@ impl Inner {
         // Safety: the caller's promise (see above).
         let rec = unsafe { seg.bytes(offset as usize, rec_len) };
         if self.verify_on_read {
-            // Its own key too: a record intact in itself but not the one looked up (a stale
-            // location) is an error, not another key's value.
+            // And the record the index meant: a record intact in itself but not the one
+            // looked up (a stale location: another key's, an older value of this key, a
+            // tombstone) is an error, not another value's bytes (found in review).
             let ok = record::parse_header(rec).is_ok_and(|h| {
-                h.key_len == key.len()
+                h.kind == Kind::Put
+                    && h.key_len == key.len()
+                    && h.value_len == value_len as usize
                     && rec[HEADER_LEN..HEADER_LEN + key.len()] == *key
                     && record::verify(seg.id, rec, &h)
             });
@@ -375,5 +378,63 @@ impl Inner {
         if seg.readers.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.maybe_reclaim(seg);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A verified read through a location that holds another record than the one looked up,
+    /// intact in itself, is a `ChecksumMismatch`: another key's record, an older value of the
+    /// same key (another length), a tombstone.
+    #[test]
+    fn a_stale_location_is_an_error_not_another_value() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = Store::builder(dir.path()).open().expect("a store");
+        let put = |k: &[u8], v: &[u8]| store.put(k, v, Durability::Memory).expect("a put");
+        let loc_of = |k: &[u8]| -> Loc {
+            let shard = store.inner.index.shard(k).read();
+            shard.get(&IndexKey::new(k)).expect("indexed").clone()
+        };
+        put(b"key-a", &[1; 100]);
+        put(b"key-b", &[2; 100]);
+        put(b"key-c", &[3; 40]);
+        let old_c = loc_of(b"key-c");
+        put(b"key-c", &[4; 60]);
+        store
+            .remove(b"key-b", Durability::Memory)
+            .expect("a removal");
+        // key-b's tombstone follows key-c's second record.
+        let new_c = loc_of(b"key-c");
+        let tombstone = Loc {
+            seg: new_c.seg.clone(),
+            offset: new_c.offset + record::record_len(5, 60) as u32,
+            value_len: 0,
+        };
+        let a = loc_of(b"key-a");
+        let stale = [
+            ("another key's record", b"key-c".as_slice(), a.clone()),
+            (
+                "an older value of the key",
+                b"key-c".as_slice(),
+                Loc {
+                    value_len: 60,
+                    ..old_c
+                },
+            ),
+            ("a tombstone", b"key-b".as_slice(), tombstone),
+        ];
+        // The store is quiet: nothing recycles these segments while they are read.
+        for (what, key, loc) in stale {
+            match store.inner.read_value(key, &loc) {
+                Err(Error::ChecksumMismatch { .. }) => {}
+                other => panic!("{what}: read answered {other:?}"),
+            }
+        }
+        assert_eq!(
+            store.inner.read_value(b"key-a", &a).expect("a read"),
+            &[1; 100]
+        );
     }
 }
