@@ -229,22 +229,28 @@ fn bit_flip_in_last_record_is_a_torn_tail() {
     }
 }
 
-/// A sealed segment is loaded from its summary without reading values, so damage to a value
-/// shows on read: a ChecksumMismatch naming the file and record, never wrong bytes.
-#[test]
-fn damaged_value_in_sealed_segment_fails_the_read() {
+/// A store whose last segment is sealed with its summary, that segment's contents, and the
+/// place and key of its last put (the newest record of its key).
+fn sealed_tail_with_a_put() -> (Arc<FaultMedium>, Tail, usize, Vec<u8>) {
     let m = store_with_open_tail(20, &[100, 900]);
     let t = tail(&m);
-    let s = open(&m, RecoveryMode::Strict).unwrap();
-    s.close().unwrap(); // seals the tail and writes its summary
+    let s = open(&m, RecoveryMode::Strict).expect("open");
+    s.close().expect("close"); // seals the tail and writes its summary
     let i = t
         .entries
         .iter()
         .rposition(|e| e.value_len > 10)
         .expect("a put");
-    // Only a key whose newest record this is.
     let k = t.entries[i].key.to_vec();
     assert!(t.entries[i + 1..].iter().all(|e| *e.key != *k));
+    (m, t, i, k)
+}
+
+/// A sealed segment is loaded from its summary without reading values, so damage to a value
+/// shows on read: a ChecksumMismatch naming the file and record, never wrong bytes.
+#[test]
+fn damaged_value_in_sealed_segment_fails_the_read() {
+    let (m, t, i, k) = sealed_tail_with_a_put();
     let d = copy(&m);
     assert!(d.tamper(&t.name, |b| b[t.data_end(i) - 3] ^= 1));
     let s = open(&d, RecoveryMode::Strict).unwrap();
@@ -286,16 +292,7 @@ fn damaged_value_in_sealed_segment_fails_the_read() {
 /// record's length the index holds).
 #[test]
 fn damaged_lengths_in_a_sealed_header_fail_the_read_without_a_panic() {
-    let m = store_with_open_tail(20, &[100, 900]);
-    let t = tail(&m);
-    let s = open(&m, RecoveryMode::Strict).unwrap();
-    s.close().unwrap();
-    let i = t
-        .entries
-        .iter()
-        .rposition(|e| e.value_len > 10)
-        .expect("a put");
-    let k = t.entries[i].key.to_vec();
+    let (m, t, i, k) = sealed_tail_with_a_put();
     // value_len is bytes 12..16 of the header, key_len bytes 8..10.
     for (what, byte, bit) in [
         ("value length past the record", 14, 0x01),
