@@ -148,12 +148,18 @@ impl<K: Fingerprint, V> LeafKid<K, V> {
 }
 
 impl<K: Fingerprint + Eq, V> LeafKid<K, V> {
+    /// Bit `i` set where the leaf's key `i` has `key`'s fingerprint (the keys to compare).
+    #[inline]
+    fn candidates(&self, key: &K) -> u64 {
+        let len = self.fps[LEAF_CAP] as usize;
+        matches(&self.fps, key.fingerprint()) & ((1u64 << len) - 1)
+    }
+
     /// The place of `key` in the leaf: the keys whose fingerprints match are compared, the
     /// first one (nearly always the only one) loaded at once with the leaf's length.
     #[inline]
     fn find(&self, key: &K) -> Option<usize> {
-        let len = self.fps[LEAF_CAP] as usize;
-        let mut candidates = matches(&self.fps, key.fingerprint()) & ((1u64 << len) - 1);
+        let mut candidates = self.candidates(key);
         if candidates != 0 {
             // The value's line (and the one holding the values' length, read by the caller's
             // bounds check) requested now, with the key's, rather than after the comparison.
@@ -175,8 +181,7 @@ impl<K: Fingerprint + Eq, V> LeafKid<K, V> {
     /// value, and the lengths), without waiting for them.
     #[inline]
     fn prefetch(&self, key: &K) {
-        let len = self.fps[LEAF_CAP] as usize;
-        let candidates = matches(&self.fps, key.fingerprint()) & ((1u64 << len) - 1);
+        let candidates = self.candidates(key);
         if candidates != 0 {
             let first = candidates.trailing_zeros() as usize;
             prefetch::line(self.leaf.keys.as_ptr().wrapping_add(first));
